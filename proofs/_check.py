@@ -1,0 +1,71 @@
+"""Shared helpers: try to prove with SymPy, fall back to a stated numeric check, never overclaim.
+
+Every helper returns (Status, evidence). PROVED only when SymPy establishes it (an expression simplified to 0, a
+sign proven by SymPy's assumptions, a limit computed). When SymPy gives up, the claim is sampled and reported CHECKED
+with the number of samples and the worst value; a sample that violates the claim makes it FAILED with the point.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import sympy as sp
+
+from ._result import Status
+
+Check = tuple[Status, str]
+
+
+def _point(symbols: Sequence[sp.Symbol], values: Sequence[float]) -> str:
+    return "{" + ", ".join(f"{s}={v:.6g}" for s, v in zip(symbols, values)) + "}"
+
+
+def check_zero(expr: sp.Expr, symbols: Sequence[sp.Symbol], what: str, sample: Callable[[np.random.Generator], Sequence[float]],
+               samples: int = 200, tol: float = 1e-9, simplifier: Callable[[sp.Expr], sp.Expr] = sp.simplify,
+               seed: int = 0) -> Check:
+    """PROVED if simplifier(expr) == 0; else CHECKED if |expr| <= tol * (1 + scale) on `samples` points; else FAILED."""
+    simplified = simplifier(expr)
+    if simplified == 0:
+        return Status.PROVED, f"{what}: simplifies to 0"
+    f = sp.lambdify(list(symbols), expr, modules="mpmath")
+    rng = np.random.default_rng(seed)
+    worst, worst_at = 0.0, None
+    for _ in range(samples):
+        values = [float(v) for v in sample(rng)]
+        value = abs(complex(f(*values)))
+        if not np.isfinite(value) or value > worst:
+            worst, worst_at = value, values
+        if not np.isfinite(value) or value > tol:
+            return Status.FAILED, f"{what}: not simplified to 0 and equals {value:.3g} at {_point(symbols, values)}"
+    return Status.CHECKED, (f"{what}: SymPy did not simplify it to 0; |difference| <= {worst:.2g} on {samples} random "
+                            f"samples (tolerance {tol:g})")
+
+
+def check_nonnegative(expr: sp.Expr, symbols: Sequence[sp.Symbol], what: str,
+                      sample: Callable[[np.random.Generator], Sequence[float]], samples: int = 500,
+                      tol: float = 1e-12, seed: int = 0) -> Check:
+    """PROVED if SymPy proves expr >= 0 from the symbols' assumptions; else sampled (CHECKED) or FAILED."""
+    for candidate in (expr, sp.factor(expr), sp.simplify(expr)):
+        if candidate.is_nonnegative:
+            return Status.PROVED, f"{what}: SymPy proves {sp.sstr(candidate)} >= 0"
+    f = sp.lambdify(list(symbols), expr, modules="mpmath")
+    rng = np.random.default_rng(seed)
+    lowest = float("inf")
+    for _ in range(samples):
+        values = [float(v) for v in sample(rng)]
+        value = float(f(*values))
+        lowest = min(lowest, value)
+        if not value >= -tol:
+            return Status.FAILED, f"{what}: value {value:.6g} < 0 at {_point(symbols, values)}"
+    return Status.CHECKED, f"{what}: sign not proven by SymPy; min {lowest:.3g} >= 0 on {samples} random samples"
+
+
+def fact(ok: bool, what: str) -> Check:
+    """A symbolic fact SymPy decided (a limit, a solved equation): PROVED if ok, else FAILED."""
+    return (Status.PROVED if ok else Status.FAILED), what
+
+
+def numeric(ok: bool, what: str) -> Check:
+    """A numeric fact (evidence must state samples or the interval method): CHECKED if ok, else FAILED."""
+    return (Status.CHECKED if ok else Status.FAILED), what
