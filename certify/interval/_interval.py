@@ -1,0 +1,238 @@
+"""Outward-rounded interval arithmetic on numpy float64 arrays.
+
+An :class:`Interval` holds two arrays ``lo <= hi`` of the same (broadcast) shape and stands for the set of real
+arrays ``x`` with ``lo <= x <= hi`` entrywise. Every operation returns an interval that contains the exact real
+result of the operation applied to every member of its operands (the *inclusion property*).
+
+Floating-point margin (stated and tested in ``tests/test_interval.py``):
+
+- ``+``, ``-``, ``*``, ``/`` and ``sqrt`` are correctly rounded in IEEE 754 float64, so the exact result lies
+  within one ulp of the computed one; each computed lower end is moved one ulp down and each upper end one ulp up
+  with ``np.nextafter`` (this also covers underflow: one step from 0 is the smallest subnormal).
+- ``exp`` is not guaranteed correctly rounded by numpy / libm; we widen by a relative margin of ``EXP_REL_MARGIN``
+  (1e-14, about 45 ulp, far above the few-ulp error of glibc and numpy's SIMD exp), then one more ulp outward;
+  results below 1e-300 (near subnormal, where relative accuracy is lost) are enclosed by [0, 1e-300].
+- ``sum`` along an axis of n terms: any summation order has error at most gamma_{n-1} sum |x_k| with
+  gamma_k = k u / (1 - k u), u = 2^-53. We subtract / add ``4 n u sum|x_k|`` (computed), then one ulp outward.
+- NaN produced by ``0 * inf`` or ``inf - inf`` turns into the whole line (-inf, inf), so overflow never yields a
+  silently wrong finite bound.
+
+This is the small arithmetic used by the global L2 branch and bound (``certify/bounds/_global_l2*.py``, MATH.md
+section 7) and by the local Jacobian enclosures.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+import numpy as np
+
+U = 2.0**-53
+EXP_REL_MARGIN = 1e-14
+
+ArrayLike = Union[float, int, np.ndarray]
+
+
+def round_down(x: np.ndarray) -> np.ndarray:
+    """One ulp towards -inf (NaN becomes -inf)."""
+    x = np.asarray(x, dtype=np.float64)
+    return np.where(np.isnan(x), -np.inf, np.nextafter(x, -np.inf))
+
+
+def round_up(x: np.ndarray) -> np.ndarray:
+    """One ulp towards +inf (NaN becomes +inf)."""
+    x = np.asarray(x, dtype=np.float64)
+    return np.where(np.isnan(x), np.inf, np.nextafter(x, np.inf))
+
+
+@dataclass(frozen=True)
+class Interval:
+    """An interval array ``[lo, hi]`` (float64, entrywise ``lo <= hi``).
+
+    Build one with ``Interval(lo, hi)``, ``Interval.point(x)`` (a degenerate interval; exact, since x is a float)
+    or ``Interval.centred(c, r)`` (outward-rounded ``[c - r, c + r]``). Arithmetic with Python or numpy scalars
+    and arrays treats them as exact points.
+    """
+
+    lo: np.ndarray
+    hi: np.ndarray
+
+    __array_ufunc__ = None  # make ``ndarray <op> Interval`` use our reflected operators
+
+    def __post_init__(self) -> None:
+        lo = np.asarray(self.lo, dtype=np.float64)
+        hi = np.asarray(self.hi, dtype=np.float64)
+        lo, hi = np.broadcast_arrays(lo, hi)
+        if np.any(lo > hi):
+            raise ValueError(f"Interval needs lo <= hi entrywise; {int(np.sum(lo > hi))} entries violate it")
+        object.__setattr__(self, "lo", lo)
+        object.__setattr__(self, "hi", hi)
+
+    # -- construction -------------------------------------------------------------------------------------------
+    @staticmethod
+    def point(x: ArrayLike) -> "Interval":
+        x = np.asarray(x, dtype=np.float64)
+        return Interval(x, x)
+
+    @staticmethod
+    def centred(c: ArrayLike, r: ArrayLike) -> "Interval":
+        c = np.asarray(c, dtype=np.float64)
+        r = np.asarray(r, dtype=np.float64)
+        if np.any(r < 0):
+            raise ValueError("Interval.centred needs a radius r >= 0")
+        return Interval(round_down(c - r), round_up(c + r))
+
+    # -- basic properties ---------------------------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.lo.shape
+
+    @property
+    def mid(self) -> np.ndarray:
+        """A float midpoint (not rounded; any point of the interval is fine as a centre)."""
+        m = 0.5 * self.lo + 0.5 * self.hi
+        return np.clip(m, self.lo, self.hi)
+
+    @property
+    def rad(self) -> np.ndarray:
+        """An upper bound on the radius: for every x in the interval, |x - mid| <= rad."""
+        m = self.mid
+        return round_up(np.maximum(self.hi - m, m - self.lo))
+
+    @property
+    def mag(self) -> np.ndarray:
+        """max |x| over the interval (exact)."""
+        return np.maximum(np.abs(self.lo), np.abs(self.hi))
+
+    def contains(self, x: ArrayLike) -> np.ndarray:
+        x = np.asarray(x, dtype=np.float64)
+        return (self.lo <= x) & (x <= self.hi)
+
+    def __getitem__(self, key) -> "Interval":
+        return Interval(self.lo[key], self.hi[key])
+
+    def reshape(self, *shape) -> "Interval":
+        return Interval(self.lo.reshape(*shape), self.hi.reshape(*shape))
+
+    def swapaxes(self, a: int, b: int) -> "Interval":
+        return Interval(np.swapaxes(self.lo, a, b), np.swapaxes(self.hi, a, b))
+
+    def expand(self, axis: int) -> "Interval":
+        return Interval(np.expand_dims(self.lo, axis), np.expand_dims(self.hi, axis))
+
+    # -- arithmetic ---------------------------------------------------------------------------------------------
+    def __neg__(self) -> "Interval":
+        return Interval(-self.hi, -self.lo)
+
+    def __add__(self, other) -> "Interval":
+        o = as_interval(other)
+        return Interval(round_down(self.lo + o.lo), round_up(self.hi + o.hi))
+
+    __radd__ = __add__
+
+    def __sub__(self, other) -> "Interval":
+        o = as_interval(other)
+        return Interval(round_down(self.lo - o.hi), round_up(self.hi - o.lo))
+
+    def __rsub__(self, other) -> "Interval":
+        return as_interval(other) - self
+
+    def __mul__(self, other) -> "Interval":
+        o = as_interval(other)
+        with np.errstate(invalid="ignore", over="ignore"):
+            p = np.stack(np.broadcast_arrays(self.lo * o.lo, self.lo * o.hi, self.hi * o.lo, self.hi * o.hi))
+        lo = np.where(np.isnan(p).any(axis=0), -np.inf, p.min(axis=0))
+        hi = np.where(np.isnan(p).any(axis=0), np.inf, p.max(axis=0))
+        return Interval(round_down(lo), round_up(hi))
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, other) -> "Interval":
+        return self * reciprocal(as_interval(other))
+
+    def __rtruediv__(self, other) -> "Interval":
+        return as_interval(other) * reciprocal(self)
+
+
+def as_interval(x) -> Interval:
+    """An Interval as is; a float or array as a degenerate (exact) interval."""
+    if isinstance(x, Interval):
+        return x
+    return Interval.point(x)
+
+
+def reciprocal(x: Interval) -> Interval:
+    """1 / x for intervals not containing 0 (raises ValueError otherwise)."""
+    if np.any((x.lo <= 0) & (x.hi >= 0)):
+        raise ValueError("reciprocal of an interval containing 0")
+    with np.errstate(divide="ignore"):
+        return Interval(round_down(1.0 / x.hi), round_up(1.0 / x.lo))
+
+
+def square(x: Interval) -> Interval:
+    """x^2 without the dependency of x * x: [0, mag^2] when 0 is inside."""
+    lo2 = x.lo * x.lo
+    hi2 = x.hi * x.hi
+    lo = np.where(x.lo >= 0, lo2, np.where(x.hi <= 0, hi2, 0.0))
+    hi = np.maximum(lo2, hi2)
+    return Interval(np.maximum(round_down(lo), 0.0), round_up(hi))
+
+
+def sqrt(x: Interval) -> Interval:
+    """sqrt(x) for x >= 0 (negative parts of lo are clipped to 0)."""
+    if np.any(x.hi < 0):
+        raise ValueError("sqrt of an interval below 0")
+    return Interval(np.maximum(round_down(np.sqrt(np.maximum(x.lo, 0.0))), 0.0), round_up(np.sqrt(x.hi)))
+
+
+def exp(x: Interval) -> Interval:
+    """exp(x), widened by the relative margin EXP_REL_MARGIN and one ulp each side; lo is clipped at 0."""
+    with np.errstate(over="ignore", under="ignore"):
+        lo = round_down(np.exp(x.lo) * (1.0 - EXP_REL_MARGIN))
+        hi = round_up(np.exp(x.hi) * (1.0 + EXP_REL_MARGIN))
+    # Near underflow the relative margin says nothing (subnormal results lose relative accuracy): below 1e-300
+    # the lower end becomes 0 and the upper end 1e-300, both far outside any libm error there.
+    with np.errstate(over="ignore", under="ignore"):
+        e_lo, e_hi = np.exp(x.lo), np.exp(x.hi)
+    lo = np.where(e_lo < 1e-300, 0.0, lo)
+    hi = np.where(e_hi < 1e-300, 1e-300, hi)
+    return Interval(np.maximum(lo, 0.0), hi)
+
+
+def _sum_bound(a: np.ndarray, axis, down: bool) -> np.ndarray:
+    n = a.size if axis is None else np.prod([a.shape[ax] for ax in np.atleast_1d(axis)])
+    with np.errstate(invalid="ignore", over="ignore"):
+        s = a.sum(axis=axis)
+        margin = 4.0 * float(n) * U * np.abs(a).sum(axis=axis)
+        out = s - margin if down else s + margin
+    return round_down(out) if down else round_up(out)
+
+
+def isum(x: Interval, axis=None) -> Interval:
+    """Sum along ``axis`` (int, tuple or None) with the stated 4 n u sum|x| margin, then one ulp outward."""
+    return Interval(_sum_bound(x.lo, axis, True), _sum_bound(x.hi, axis, False))
+
+
+def hull(a: Interval, b: Interval) -> Interval:
+    """Smallest interval containing both."""
+    return Interval(np.minimum(a.lo, b.lo), np.maximum(a.hi, b.hi))
+
+
+def intersect(a: Interval, b: Interval) -> Interval:
+    """Intersection (raises ValueError if empty somewhere)."""
+    return Interval(np.maximum(a.lo, b.lo), np.minimum(a.hi, b.hi))
+
+
+def clip_nonnegative(x: Interval) -> Interval:
+    """Intersect with [0, inf): valid when the exact quantity is known to be >= 0."""
+    return Interval(np.maximum(x.lo, 0.0), np.maximum(x.hi, 0.0))
+
+
+def inf_norm_upper(m: Interval) -> np.ndarray:
+    """Exact max over the interval matrices of ||A||_inf (largest row sum of max(|lo|, |hi|)), rounded up.
+
+    ``m`` has shape (..., n, n); returns shape (...).
+    """
+    a = m.mag
+    return round_up(_sum_bound(a, -1, False).max(axis=-1))

@@ -1,0 +1,158 @@
+"""Inclusion property of certify.interval: every enclosure contains the values sampled from its operands,
+computed in high precision (mpmath, 50 digits), so a one-ulp rounding slip is caught."""
+
+from __future__ import annotations
+
+import mpmath
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from certify import interval as iv
+
+mpmath.mp.dps = 50
+
+finite = st.floats(min_value=-30.0, max_value=30.0, allow_nan=False, allow_infinity=False)
+
+
+def _box(rng: np.random.Generator, n: int, scale: float, positive: bool = False) -> tuple[iv.Interval, np.ndarray]:
+    c = rng.normal(size=n) * scale
+    if positive:
+        c = np.abs(c) + 0.1
+    r = np.abs(rng.normal(size=n)) * scale * 0.1
+    if positive:
+        r = np.minimum(r, 0.5 * c)
+    box = iv.Interval(c - r, c + r)
+    t = rng.uniform(size=(64, n))
+    samples = box.lo + t * (box.hi - box.lo)
+    return box, samples
+
+
+def _contains_exact(enclosure: iv.Interval, exact_values) -> bool:
+    """lo <= exact <= hi compared in mpmath (no float rounding of the exact value)."""
+    lo, hi = enclosure.lo.ravel(), enclosure.hi.ravel()
+    for k, v in enumerate(exact_values):
+        if not (mpmath.mpf(float(lo[k])) <= v <= mpmath.mpf(float(hi[k]))):
+            return False
+    return True
+
+
+OPS = {
+    "add": (lambda a, b: a + b, lambda x, y: x + y, False),
+    "sub": (lambda a, b: a - b, lambda x, y: x - y, False),
+    "mul": (lambda a, b: a * b, lambda x, y: x * y, False),
+    "div": (lambda a, b: a / b, lambda x, y: x / y, True),
+}
+
+
+@pytest.mark.parametrize("op", sorted(OPS))
+@pytest.mark.parametrize("scale", [1e-3, 1.0, 1e3])
+def test_binary_ops_contain_samples(op: str, scale: float) -> None:
+    f_iv, f_mp, positive_b = OPS[op]
+    rng = np.random.default_rng(hash((op, scale)) % 2**32)
+    a, xa = _box(rng, 8, scale)
+    b, xb = _box(rng, 8, scale, positive=positive_b)
+    out = f_iv(a, b)
+    assert np.all(out.lo <= out.hi)
+    for s in range(xa.shape[0]):
+        exact = [f_mp(mpmath.mpf(float(x)), mpmath.mpf(float(y))) for x, y in zip(xa[s], xb[s])]
+        assert _contains_exact(out, exact), (op, s)
+
+
+def test_point_operations_are_outward_rounded() -> None:
+    # 0.1 + 0.2 is not exact in float64; the enclosure must contain the exact sum of the two floats.
+    a, b = iv.Interval.point(0.1), iv.Interval.point(0.2)
+    s = a + b
+    exact = mpmath.mpf(0.1) + mpmath.mpf(0.2)
+    assert mpmath.mpf(float(s.lo)) <= exact <= mpmath.mpf(float(s.hi))
+    assert float(s.lo) < float(s.hi)  # really widened
+    p = iv.Interval.point(1.0 / 3.0) * 3.0
+    assert float(p.lo) < 1.0 < float(p.hi) or float(p.lo) <= 1.0 <= float(p.hi)
+
+
+@settings(max_examples=200, deadline=None)
+@given(x=finite, w=st.floats(min_value=0.0, max_value=2.0), t=st.floats(min_value=0.0, max_value=1.0))
+def test_exp_contains(x: float, w: float, t: float) -> None:
+    box = iv.Interval(np.array([x]), np.array([x + w]))
+    e = iv.exp(box)
+    y = x + t * w
+    assert _contains_exact(e, [mpmath.exp(mpmath.mpf(y))])
+
+
+def test_exp_extreme_arguments() -> None:
+    box = iv.Interval(np.array([-800.0, -745.0, -700.0, 700.0]), np.array([-790.0, -740.0, -699.0, 710.0]))
+    e = iv.exp(box)
+    exact_lo = [mpmath.exp(mpmath.mpf(v)) for v in box.lo]
+    exact_hi = [mpmath.exp(mpmath.mpf(v)) for v in box.hi]
+    assert _contains_exact(e, exact_lo) and _contains_exact(e, exact_hi)
+    assert np.isinf(e.hi[-1])  # overflow becomes +inf, never a finite wrong number
+
+
+@settings(max_examples=100, deadline=None)
+@given(x=finite, w=st.floats(min_value=0.0, max_value=5.0), t=st.floats(min_value=0.0, max_value=1.0))
+def test_square_contains_and_is_tight(x: float, w: float, t: float) -> None:
+    box = iv.Interval(np.array([x]), np.array([x + w]))
+    sq = iv.square(box)
+    y = mpmath.mpf(x) + mpmath.mpf(t) * mpmath.mpf(w)
+    assert _contains_exact(sq, [y * y])
+    assert sq.lo[0] >= 0.0
+    if x < 0 < x + w:
+        assert sq.lo[0] == 0.0  # no dependency blow-up below 0
+
+
+def test_sqrt_and_reciprocal() -> None:
+    rng = np.random.default_rng(1)
+    box, xs = _box(rng, 6, 2.0, positive=True)
+    s, r = iv.sqrt(box), iv.reciprocal(box)
+    for row in xs:
+        assert _contains_exact(s, [mpmath.sqrt(mpmath.mpf(float(v))) for v in row])
+        assert _contains_exact(r, [1 / mpmath.mpf(float(v)) for v in row])
+    with pytest.raises(ValueError):
+        iv.reciprocal(iv.Interval(np.array([-1.0]), np.array([1.0])))
+
+
+@pytest.mark.parametrize("n", [2, 17, 1000])
+def test_sum_contains_exact_sum(n: int) -> None:
+    rng = np.random.default_rng(n)
+    # terms of mixed magnitude, so float summation really loses digits
+    x = rng.normal(size=(3, n)) * 10.0 ** rng.integers(-8, 8, size=(3, n))
+    s = iv.isum(iv.Interval.point(x), axis=1)
+    for row in range(3):
+        exact = mpmath.fsum([mpmath.mpf(float(v)) for v in x[row]])
+        assert mpmath.mpf(float(s.lo[row])) <= exact <= mpmath.mpf(float(s.hi[row]))
+
+
+def test_inf_norm_upper_is_max_over_matrices() -> None:
+    rng = np.random.default_rng(3)
+    c = rng.normal(size=(5, 4, 4))
+    m = iv.Interval.centred(c, 0.1 * np.abs(rng.normal(size=(5, 4, 4))))
+    bound = iv.inf_norm_upper(m)
+    for _ in range(50):
+        a = m.lo + rng.uniform(size=m.shape) * (m.hi - m.lo)
+        assert np.all(np.abs(a).sum(axis=-1).max(axis=-1) <= bound)
+    # attained at the sign pattern of the largest row: the bound is exact up to rounding
+    vertex = np.where(np.abs(m.lo) > np.abs(m.hi), m.lo, m.hi)
+    assert np.allclose(np.abs(vertex).sum(-1).max(-1), bound, rtol=1e-14)
+
+
+def test_composite_expression_contains_samples() -> None:
+    """A softmax entry 1 / sum_k exp(a_k) over a box: composite enclosures stay valid."""
+    rng = np.random.default_rng(7)
+    box, xs = _box(rng, 5, 1.0)
+    p = iv.reciprocal(iv.isum(iv.exp(box), axis=0))
+    for row in xs:
+        exact = 1 / mpmath.fsum([mpmath.exp(mpmath.mpf(float(v))) for v in row])
+        assert mpmath.mpf(float(p.lo)) <= exact <= mpmath.mpf(float(p.hi))
+
+
+def test_rejects_inverted_interval() -> None:
+    with pytest.raises(ValueError, match="lo <= hi"):
+        iv.Interval(np.array([1.0]), np.array([0.0]))
+
+
+def test_nan_becomes_whole_line() -> None:
+    a = iv.Interval(np.array([0.0]), np.array([0.0]))
+    b = iv.Interval(np.array([-np.inf]), np.array([np.inf]))
+    prod = a * b
+    assert prod.lo[0] == -np.inf and prod.hi[0] == np.inf
