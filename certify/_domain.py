@@ -1,0 +1,62 @@
+"""Input domains over which a Lipschitz constant is taken (MATH.md sections 3 and 7).
+
+- `Global`: all of R^{N x D}. Only L2 attention with tied W^Q = W^K is Lipschitz there (Theorem 3.2).
+- `Ball`: every token in the Euclidean ball ||x_i||_2 <= R (what LayerNorm outputs satisfy). Theorem 3.1 makes
+  this, or a neighbourhood, necessary for dot-product attention.
+- `EpsBall`: the l_p ball of radius eps (p in {2, inf}) around a given input X0 (on vec(X)).
+
+Over a convex domain the Lipschitz constant equals sup ||J(X)||, so every bound here is a bound on that sup.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+
+from ._errors import InvalidInputError
+
+
+@dataclasses.dataclass(frozen=True)
+class Global:
+    @property
+    def scope(self) -> str:
+        return "global"
+
+
+@dataclasses.dataclass(frozen=True)
+class Ball:
+    radius: float
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.radius) and self.radius > 0):
+            raise InvalidInputError(f"the ball radius R must be a positive finite number, got {self.radius!r}")
+
+    @property
+    def scope(self) -> str:
+        return f"ball(R={self.radius:g})"
+
+
+@dataclasses.dataclass(frozen=True)
+class EpsBall:
+    center: torch.Tensor  # (N, D)
+    eps: float
+    p: str = "inf"
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.eps) and self.eps > 0):
+            raise InvalidInputError(f"eps must be a positive finite number, got {self.eps!r}")
+        if self.p not in ("2", "inf"):
+            raise InvalidInputError(f"the eps-ball norm must be '2' or 'inf', got {self.p!r}")
+        if self.center.ndim != 2:
+            raise InvalidInputError(f"the eps-ball centre X0 must have shape (N, D), got {tuple(self.center.shape)}")
+        if not torch.isfinite(self.center).all():
+            raise InvalidInputError("the eps-ball centre X0 has NaN or Inf entries")
+
+    @property
+    def scope(self) -> str:
+        return f"eps-ball(l{self.p}, eps={self.eps:g})"
+
+
+Domain = Global | Ball | EpsBall

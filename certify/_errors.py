@@ -1,0 +1,25 @@
+"""Errors that `certify` raises on bad input or failed certification.
+
+Every error is a `CertifyError` (a `ValueError`), so a caller can catch them all; the CLI prints the message and
+exits with status 2. No error is ever turned into a number.
+"""
+
+
+class CertifyError(ValueError):
+    """Base class: the input cannot be certified as given, and the message says why."""
+
+
+class InvalidInputError(CertifyError):
+    """Shapes that do not match, NaN or Inf entries, N < 1, unknown options."""
+
+
+class NotLipschitzError(CertifyError):
+    """A global bound was asked of a map that has none (dot-product attention, untied L2 attention)."""
+
+
+class CheckpointError(CertifyError):
+    """A checkpoint could not be read, or holds something that is not an attention layer."""
+
+
+class SolverError(CertifyError):
+    """A numerical solver failed and no certified fallback applies."""

@@ -1,0 +1,20 @@
+"""Certified upper bounds on Lipschitz constants of attention, and the Theorem 3.1 witness (MATH.md sections 3-4, 7)."""
+
+from ._castin import castin_bound as castin_bound
+from ._factorised import factorised_bound as factorised_bound, factorised_weight_factors as factorised_weight_factors
+from ._lambert import phi as phi, phi_inverse as phi_inverse
+from ._paper import (
+    paper_bound as paper_bound,
+    paper_bound_tensor as paper_bound_tensor,
+    paper_constant as paper_constant,
+    paper_weight_factor as paper_weight_factor,
+    require_global_lipschitz as require_global_lipschitz,
+)
+from ._registry import METHODS as METHODS, Method as Method, register as register
+from ._rounding import round_up as round_up
+from ._universal import (
+    UniversalConstant as UniversalConstant,
+    default_constant as default_constant,
+    universal_constant as universal_constant,
+)
+from ._witness import Witness as Witness, dp_witness as dp_witness

@@ -1,0 +1,91 @@
+"""Theorem 3.2 of Kim et al. (2021): the closed-form Lipschitz bounds of tied L2 multi-head attention.
+
+With phi^{-1}(N-1) = W_0((N-1)/e) (MATH.md section 4):
+
+    Lip_inf(F) <= (4 phi^{-1}(N-1) + 1/sqrt(d)) ||W^O^T||_inf max_h( ||W^Q_h||_inf ||W^Q_h^T||_inf ) max_h ||W^V_h^T||_inf
+    Lip_2(F)   <= (sqrt(N)/sqrt(d)) (4 phi^{-1}(N-1) + 1) sqrt( sum_h ||W^Q_h||_2^4 ||W^V_h||_2^2 ) ||W^O||_2
+
+(the W^Q factors enter to the power 4 under the square root: scaling W^Q by t scales the constant by t^2).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+
+from .._domain import Global
+from .._errors import NotLipschitzError
+from .._result import Certificate
+from ..attention import AttentionWeights, check_tokens
+from ..jacobian import check_norm
+from ._lambert import phi_inverse
+from ._rounding import round_up
+
+THEOREM_3_1 = (
+    "dot-product attention is not Lipschitz on R^(N x D) (Theorem 3.1, MATH.md section 3): its Jacobian grows "
+    "without bound as the inputs grow. Ask for a bounded domain instead, e.g. every token in a ball (--radius R)."
+)
+UNTIED = (
+    "L2 attention with untied W^K != W^Q is not Lipschitz (MATH.md section 1: with D = 1 and logits "
+    "-(a x_i - b x_j)^2, d f_i/d x_i grows without bound); only tied L2 attention has a global bound. Ask for a "
+    "bounded domain instead."
+)
+
+
+def require_global_lipschitz(weights: AttentionWeights) -> None:
+    """Raise `NotLipschitzError` unless the layer is tied L2 attention (the only kind with a global bound)."""
+    if weights.kind == "dp":
+        raise NotLipschitzError(THEOREM_3_1)
+    if weights.kind == "l2-untied":
+        raise NotLipschitzError(UNTIED)
+
+
+def _matrix_norm(matrix: torch.Tensor, norm: str) -> torch.Tensor:
+    """Differentiable ||matrix||_p over the last two axes (batched)."""
+    if norm == "2":
+        return torch.linalg.matrix_norm(matrix, ord=2)
+    return matrix.abs().sum(-1).amax(-1)
+
+
+def paper_weight_factor(weights: AttentionWeights, norm: str) -> torch.Tensor:
+    """The weight-dependent factor of Theorem 3.2 (differentiable), in the layer's dtype."""
+    W_Q, W_V = weights.W_Q, weights.W_V
+    if norm == "inf":
+        return (
+            _matrix_norm(weights.W_O.T, "inf")
+            * (_matrix_norm(W_Q, "inf") * _matrix_norm(W_Q.transpose(1, 2), "inf")).max()
+            * _matrix_norm(W_V.transpose(1, 2), "inf").max()
+        )
+    return (_matrix_norm(W_Q, "2") ** 4 * _matrix_norm(W_V, "2") ** 2).sum().sqrt() * _matrix_norm(weights.W_O, "2")
+
+
+def paper_constant(N: int, d: int, norm: str) -> float:
+    """The N- and d-dependent factor: 4 phi^{-1}(N-1) + 1/sqrt(d) (inf) or sqrt(N/d) (4 phi^{-1}(N-1) + 1) (2)."""
+    w = phi_inverse(N - 1)
+    return 4 * w + 1 / math.sqrt(d) if norm == "inf" else math.sqrt(N) / math.sqrt(d) * (4 * w + 1)
+
+
+def paper_bound_tensor(weights: AttentionWeights, N: int, norm: str = "inf") -> torch.Tensor:
+    """B(W) = paper_constant * paper_weight_factor as a differentiable tensor (for contractive layers).
+
+    Not outward-rounded: use `paper_bound` for a certified number.
+    """
+    return paper_constant(N, weights.d, norm) * paper_weight_factor(weights, norm)
+
+
+def paper_bound(weights: AttentionWeights, N: int, norm: str) -> Certificate:
+    """Certified Theorem 3.2 bound on Lip_norm(F) over R^{N x D} for tied L2 attention."""
+    start = time.perf_counter()
+    check_tokens(N)
+    check_norm(norm)
+    require_global_lipschitz(weights)
+    factor = float(paper_weight_factor(weights.to(torch.float64, "cpu"), norm))
+    value = round_up(paper_constant(N, weights.d, norm) * factor)
+    return Certificate(
+        value=value, kind="upper", certified=True, method="paper", scope=Global().scope, norm=norm,
+        seconds=time.perf_counter() - start,
+        message="Theorem 3.2 (Kim et al. 2021), MATH.md section 4; float64 with a 1e-9 relative margin",
+        details={"phi_inverse": phi_inverse(N - 1), "weight_factor": factor},
+    )

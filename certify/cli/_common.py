@@ -1,0 +1,52 @@
+"""Flags and output shared by the subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+from .._certify import Report
+from ..report import format_table, format_value, write_json
+
+
+def add_output_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", metavar="FILE", help="also write the numbers as JSON to FILE")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text!r}")
+    return value
+
+
+def print_report(report: Report, title: str) -> None:
+    print(format_table(report.certificates, title=title))
+    upper, lower = report.best_upper(), report.best_lower()
+    if upper is not None and lower is not None:
+        print(f"best certified upper / best lower = {format_value(upper.value)} / {format_value(lower.value)}"
+              f" = {report.ratio:.4f}  ({upper.method} vs {lower.method})")
+    print()
+    sys.stdout.flush()
+
+
+def write_output(args: argparse.Namespace, obj: object) -> None:
+    if getattr(args, "json", None):
+        write_json(args.json, obj)
+        if not args.quiet:
+            print(f"wrote {args.json}")

@@ -1,0 +1,40 @@
+"""`certify layer CHECKPOINT`: certify a saved layer (certify's format or a torch.nn.MultiheadAttention state dict)."""
+
+from __future__ import annotations
+
+import argparse
+
+from .._certify import certify_layer
+from ..attention import load_layer
+from ..bounds import METHODS
+from ._common import add_output_flags, positive_float, positive_int, print_report, write_output
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("layer", help="certify a saved attention layer", description=run.__doc__)
+    parser.add_argument("checkpoint", help="file written by certify.save_layer, or an nn.MultiheadAttention state dict")
+    parser.add_argument("--tokens", "-N", type=positive_int, required=True, help="sequence length N >= 1")
+    parser.add_argument("--norm", choices=("2", "inf"), required=True, help="operator norm on vec(X)")
+    parser.add_argument("--radius", type=positive_float,
+                        help="certify with every token in ||x_i||_2 <= R (required for dot-product attention)")
+    parser.add_argument("--heads", type=positive_int, help="number of heads (torch.nn.MultiheadAttention state dicts)")
+    parser.add_argument("--method", action="append", choices=sorted(METHODS),
+                        help="certified method(s) to run (repeatable; default: every one that applies)")
+    parser.add_argument("--no-lower", action="store_true", help="skip the adversarial lower bound")
+    add_output_flags(parser)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Certify Lip_2 or Lip_inf of a saved attention layer on sequences of N tokens.
+
+    L2 attention (tied) is certified globally. Dot-product attention is not Lipschitz (Theorem 3.1), so it needs
+    --radius; so does untied L2 attention.
+    """
+    layer = load_layer(args.checkpoint, num_heads=args.heads)
+    report = certify_layer(layer, args.tokens, args.norm, radius=args.radius, methods=args.method,
+                           lower=not args.no_lower, progress=not args.quiet)
+    print_report(report, f"{type(layer).__name__} from {args.checkpoint}, N = {args.tokens}, {args.norm}-norm, "
+                         f"{report.domain}")
+    write_output(args, report.to_json())
+    return 0
