@@ -1,0 +1,223 @@
+"""Certified local bounds on Lip(F) over a bounded domain by branch and bound over boxes of X (MATH.md section 7).
+
+Over a convex domain Omega, Lip_p(F) = sup_{X in Omega} ||J(X)||_p. Cover Omega by boxes (`_local_domain`);
+on each box B, `_local_enclosure` gives an interval matrix containing J(X) for every X in B, and its norm is
+bounded with proof (`certify.sdp`: the exact row sum for p = inf; min(||J_c|| + ||R||, || |J_c| + R ||) for p = 2,
+refined by the SDP relaxation for the largest boxes when N D <= `sdp_max_size`). So
+
+    Lip_p(F) on Omega <= max over the current leaves of their bound,
+
+whatever the leaves are, as long as they cover Omega: a box is only dropped when it misses Omega. Branch and bound
+always splits the leaf with the largest bound (along its widest coordinate), until upper / lower <= tolerance or
+the time budget is spent, and lower bounds come from the adversarial ascent plus ||J|| at every box centre
+(projected into Omega). Ctrl-C stops the search and returns the bound of the leaves so far, which is still valid.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import time
+import warnings
+
+import numpy as np
+import torch
+
+from .._domain import Ball, Domain, EpsBall
+from .._errors import InvalidInputError
+from .._result import Certificate
+from ..attention import AttentionWeights, check_tokens
+from ..interval import Interval
+from ..jacobian import check_norm, jacobian, jacobian_norm
+from ..sdp import MatrixEnclosure, SDPFallbackWarning, baseline_bound, enclosure_norm, inf_norm_bound, magnitude_bound
+from ._local_domain import initial_box, shrink, split
+from ._local_enclosure import jacobian_enclosure, mean_value_enclosure, numpy_weights
+
+ENCLOSURES: tuple[str, ...] = ("auto", "direct", "mean-value")
+
+
+def enclosure_bound(J: Interval, norm: str, *, sdp: bool = False, time_limit: float | None = None) -> float:
+    """Proven upper bound on max ||J||_norm over an interval Jacobian J (N, D, N, D); inf if J is unbounded."""
+    N, D = J.shape[:2]
+    lo, hi = J.lo.reshape(N * D, N * D), J.hi.reshape(N * D, N * D)
+    if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
+        return math.inf
+    enclosure = MatrixEnclosure.from_bounds(lo, hi)
+    if norm == "inf":
+        return inf_norm_bound(enclosure)
+    if sdp:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SDPFallbackWarning)
+            return enclosure_norm(enclosure, "2", method="sdp", time_limit=time_limit).value
+    return min(baseline_bound(enclosure), magnitude_bound(enclosure))
+
+
+def box_enclosure(box: Interval, weights, enclosure: str) -> Interval:
+    """J over the box by the direct interval evaluation or the mean-value form (intersected with the direct one)."""
+    if enclosure == "mean-value":
+        return mean_value_enclosure(box, weights)
+    return jacobian_enclosure(box, weights)
+
+
+def _project(X: np.ndarray, domain: Domain) -> np.ndarray:
+    if isinstance(domain, Ball):
+        norms = np.linalg.norm(X, axis=-1, keepdims=True)
+        return X * np.minimum(1.0, domain.radius / np.maximum(norms, 1e-300))
+    X0 = domain.center.detach().to(torch.float64).cpu().numpy()
+    delta = X - X0
+    if domain.p == "inf":
+        return X0 + np.clip(delta, -domain.eps, domain.eps)
+    return X0 + delta * min(1.0, domain.eps / max(float(np.linalg.norm(delta)), 1e-300))
+
+
+def local_bound(
+    weights: AttentionWeights,
+    N: int,
+    norm: str = "2",
+    domain: Domain = Ball(1.0),
+    time_budget: float = 10.0,
+    *,
+    tolerance: float = 1.01,
+    enclosure: str = "auto",
+    sdp_max_size: int = 32,
+    lower: Certificate | None = None,
+    max_boxes: int | None = None,
+    quiet: bool = True,
+    seed: int = 0,
+) -> Certificate:
+    """Certified upper bound on Lip_norm(F) over a local domain, by branch and bound (module docstring).
+
+    Args:
+        weights: a DP ("dp") or tied L2 ("l2") layer.
+        N: number of tokens.
+        norm: "2" or "inf".
+        domain: `Ball(R)` or `EpsBall(X0, eps, p)`.
+        time_budget: seconds for the whole search (lower bound included).
+        tolerance: stop once upper / lower <= tolerance.
+        enclosure: "direct", "mean-value" or "auto" (mean-value when N D <= 16).
+        sdp_max_size: use the SDP on the leading leaves (2-norm) when N D is at most this; 0 disables it.
+        lower: a known lower bound (kind "lower", attained in the domain); else the adversarial ascent runs.
+        max_boxes: stop after this many box evaluations (for tests).
+        quiet: no progress bar.
+        seed: for the adversarial ascent.
+
+    Returns:
+        Certificate(kind="upper", certified=True, method="local-bnb"), details: lower, ratio, boxes, leaves,
+        sdp_refinements, stopped ("tolerance", "time", "boxes", "interrupted").
+    """
+    start = time.perf_counter()
+    check_tokens(N)
+    check_norm(norm)
+    if weights.kind not in ("dp", "l2"):
+        raise InvalidInputError(f"local bounds cover kinds 'dp' and 'l2', got {weights.kind!r}")
+    if not (isinstance(domain, (Ball, EpsBall))):
+        raise InvalidInputError(f"a local bound needs Ball(R) or EpsBall(X0, eps), got {domain!r}")
+    if enclosure not in ENCLOSURES:
+        raise InvalidInputError(f"enclosure must be one of {ENCLOSURES}, got {enclosure!r}")
+    if not (time_budget > 0):
+        raise InvalidInputError(f"time_budget must be positive, got {time_budget!r}")
+    if tolerance < 1:
+        raise InvalidInputError(f"tolerance must be >= 1, got {tolerance!r}")
+    w64 = weights.to(torch.float64, "cpu")
+    nw = numpy_weights(w64)
+    D = w64.D
+    if enclosure == "auto":
+        enclosure = "mean-value" if N * D <= 16 else "direct"
+    use_sdp = norm == "2" and N * D <= sdp_max_size
+
+    # lower bound: given, or adversarial ascent on a share of the budget
+    if lower is None:
+        from ..adversarial import lower_bound
+
+        lower = lower_bound(w64, N, norm, domain, restarts=8, steps=150, seed=seed, seconds=0.2 * time_budget)
+    best_lower = float(lower.value)
+    witness = lower.details.get("witness")
+
+    def lower_at(X: np.ndarray) -> None:
+        nonlocal best_lower, witness
+        Xp = _project(X, domain)
+        value = float(jacobian_norm(jacobian(torch.from_numpy(Xp)[None], w64), norm)[0])
+        if value > best_lower:
+            best_lower, witness = value, Xp.tolist()
+
+    counter = itertools.count()
+    heap: list[tuple[float, int, bool, Interval]] = []  # (-bound, tie, sdp_refined, box)
+    boxes = 0
+    sdp_refinements = 0
+
+    def evaluate(box: Interval, parent_bound: float) -> None:
+        nonlocal boxes
+        boxes += 1
+        shrunk = shrink(box, domain)
+        if shrunk is None:
+            return
+        bound = min(enclosure_bound(box_enclosure(shrunk, nw, enclosure), norm), parent_bound)
+        lower_at(0.5 * shrunk.lo + 0.5 * shrunk.hi)
+        heapq.heappush(heap, (-bound, next(counter), False, shrunk))
+
+    progress = None
+    if not quiet:
+        from tqdm.auto import tqdm
+
+        progress = tqdm(total=None, desc="local bnb", unit="box", leave=False)
+    stopped = "time"
+    current = None
+    try:
+        evaluate(initial_box(domain, N, D), math.inf)
+        while heap:
+            if -heap[0][0] <= best_lower * tolerance:
+                stopped = "tolerance"
+                break
+            elapsed = time.perf_counter() - start
+            if elapsed > time_budget:
+                stopped = "time"
+                break
+            if max_boxes is not None and boxes >= max_boxes:
+                stopped = "boxes"
+                break
+            current = heapq.heappop(heap)
+            neg_bound, _, refined, box = current
+            if use_sdp and not refined and elapsed > 0.5 * time_budget:
+                J = box_enclosure(box, nw, enclosure)
+                value = min(-neg_bound, enclosure_bound(J, norm, sdp=True, time_limit=max(1.0, time_budget - elapsed)))
+                sdp_refinements += 1
+                heapq.heappush(heap, (-value, next(counter), True, box))
+            else:
+                for child in split(box):
+                    evaluate(child, -neg_bound)
+            current = None
+            if progress is not None:
+                progress.update(1)
+                progress.set_postfix(upper=f"{-heap[0][0]:.5g}" if heap else "-", lower=f"{best_lower:.5g}")
+    except KeyboardInterrupt:
+        stopped = "interrupted"
+        if current is not None:
+            heapq.heappush(heap, current)
+    finally:
+        if progress is not None:
+            progress.close()
+    upper = -heap[0][0] if heap else 0.0
+    if not heap:
+        stopped = "exhausted"
+    ratio = upper / best_lower if best_lower > 0 else math.inf
+    return Certificate(
+        value=float(upper),
+        kind="upper",
+        certified=True,
+        method="local-bnb",
+        scope=domain.scope,
+        norm=norm,  # type: ignore[arg-type]
+        seconds=time.perf_counter() - start,
+        message=f"branch and bound over boxes of X: upper / lower = {ratio:.4f} after {boxes} boxes ({stopped})",
+        details={
+            "lower": best_lower,
+            "witness": witness,
+            "ratio": ratio,
+            "boxes": boxes,
+            "leaves": len(heap),
+            "sdp_refinements": sdp_refinements,
+            "enclosure": enclosure,
+            "stopped": stopped,
+        },
+    )

@@ -1,0 +1,258 @@
+"""Interval enclosures of the DP and tied-L2 attention Jacobians over a box of inputs X (MATH.md sections 2, 7).
+
+Given a box {X : lo <= X <= hi} (N x D), return an interval array J_box (N, D, N, D) with
+J[i, F, l, E] = d F_i[F] / d x_l[E] in J_box for every X in the box. Arithmetic is `certify.interval` (every
+operation rounded outward) plus `point_einsum` below for products with exact weight matrices.
+
+Floating-point margin of `point_einsum` (x an interval, W_1..W_p exact float matrices): every output entry is a
+sum of K products of p + 1 factors, and any evaluation order (including numpy's pairwise contraction paths) rounds
+each term at most K + p times, so |fl(sum) - sum| <= gamma_{K+p} sum |terms| (Higham, section 3.1). We use the
+mid-radius form: mid = fl(x_mid . W), rad = fl(x_rad . |W|) (1 + g) + g fl(|x_mid| . |W|) (1 + g) with
+g = gamma_{2(K+p)+4}, then round mid -+ rad outward. With point weights this is the exact hull of the linear image
+of the box, up to these margins.
+
+Dependency is reduced by the rewritings of MATH.md section 7: every difference x_j - x_k is formed from the two
+token boxes directly (and is exactly 0 for j = k); softmax as P_ij = 1 / sum_k exp(s_ik - s_ij) with the k = j term
+exactly 1; v_l - vbar_i = sum_k P_ik (v_l - v_k); C_i K = sum_l C_i[:, l] (k_l - k_i)^T (because
+sum_l C_i[:, l] = 0); Cov_i = 1/2 sum_{k,l} P_ik P_il (y_k - y_l)(y_k - y_l)^T with squares on its diagonal.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from ..attention import AttentionWeights
+from ..interval import Interval, clip_nonnegative, exp, intersect, isum, reciprocal, round_down, round_up, square
+from ..sdp._floating import gamma
+from ._local_dual import Dual, d_exp, d_intersect, d_isum, d_reciprocal, d_square, d_where_zero
+
+
+def const(x: float) -> Interval:
+    """An interval around a computed constant (a few roundings away from the real number it stands for)."""
+    return Interval(round_down(x * (1 - 1e-15)), round_up(x * (1 + 1e-15))) if x >= 0 else -const(-x)
+
+
+def point_einsum(subscripts: str, x: Interval, *points: np.ndarray) -> Interval:
+    """einsum(subscripts, x, *points) for an interval x and exact float arrays, rounded outward (docstring)."""
+    inputs, output = subscripts.split("->")
+    operands = inputs.split(",")
+    sizes: dict[str, int] = {}
+    for letters, array in zip(operands, (x.lo, *points)):
+        for letter, size in zip(letters, array.shape):
+            sizes[letter] = size
+    K = int(np.prod([sizes[c] for c in sizes if c not in output])) if sizes else 1
+    g = gamma(2 * (K + len(points)) + 4)
+    mid = 0.5 * x.lo + 0.5 * x.hi
+    mid = np.clip(mid, x.lo, x.hi)
+    rad = round_up(np.maximum(x.hi - mid, mid - x.lo))
+    abs_points = [np.abs(p) for p in points]
+    with np.errstate(over="ignore", invalid="ignore"):
+        c = np.einsum(subscripts, mid, *points, optimize=True)
+        r = np.einsum(subscripts, rad, *abs_points, optimize=True)
+        m = np.einsum(subscripts, np.abs(mid), *abs_points, optimize=True)
+        radius = round_up(round_up(r * (1 + g)) + round_up(g * m * (1 + g)) + K * 1e-300)
+    return Interval(round_down(c - radius), round_up(c + radius))
+
+
+def point_einsum_any(subscripts: str, x, *points: np.ndarray):
+    """`point_einsum` on an Interval or a Dual (the tangent carries an extra trailing axis)."""
+    if isinstance(x, Dual):
+        inputs, output = subscripts.split("->")
+        first, *rest = inputs.split(",")
+        tangent = ",".join([first + "Z", *rest]) + "->" + output + "Z"
+        return Dual(point_einsum(subscripts, x.v, *points), point_einsum(tangent, x.t, *points))
+    return point_einsum(subscripts, x, *points)
+
+
+def _exp(x):
+    return d_exp(x) if isinstance(x, Dual) else exp(x)
+
+
+def _reciprocal(x):
+    return d_reciprocal(x) if isinstance(x, Dual) else reciprocal(x)
+
+
+def _square(x):
+    return d_square(x) if isinstance(x, Dual) else square(x)
+
+
+def _isum(x, axis):
+    return d_isum(x, axis) if isinstance(x, Dual) else isum(x, axis=axis)
+
+
+def _intersect(a, b):
+    return d_intersect(a, b) if isinstance(a, Dual) else intersect(a, b)
+
+
+def _where_zero(mask: np.ndarray, x):
+    """x where mask, exactly 0 elsewhere."""
+    if isinstance(x, Dual):
+        return d_where_zero(mask, x)
+    return Interval(np.where(mask, x.lo, 0.0), np.where(mask, x.hi, 0.0))
+
+
+def _map_value(x, f):
+    """Tighten the value enclosure only (valid for clipping to a known range)."""
+    return Dual(f(x.v), x.t) if isinstance(x, Dual) else f(x)
+
+
+def clip01(x: Interval) -> Interval:
+    """Intersect with [0, 1] (for quantities known to be probabilities)."""
+    return Interval(np.clip(x.lo, 0.0, 1.0), np.clip(x.hi, 0.0, 1.0))
+
+
+def _eye_mask(n: int, ndim: int, axes: tuple[int, int]) -> np.ndarray:
+    shape = [1] * ndim
+    shape[axes[0]] = n
+    shape[axes[1]] = n
+    return np.eye(n, dtype=bool).reshape(shape)
+
+
+def token_differences(X):
+    """dX[j, k] = x_j - x_k (N, N, D), exactly 0 on the diagonal."""
+    N = X.shape[0]
+    return _where_zero(~_eye_mask(N, 3, (0, 1)), X.expand(1) - X.expand(0))
+
+
+def _zero_diagonal(x, axes: tuple[int, int]):
+    """Set the entries with equal indices along two axes to exactly 0."""
+    return _where_zero(~_eye_mask(x.shape[axes[0]], len(x.shape), axes), x)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Weights:
+    """The layer's weights as float64 numpy arrays (exact copies of the float64 tensors)."""
+
+    kind: str
+    W_Q: np.ndarray
+    W_K: np.ndarray
+    W_V: np.ndarray
+    W_O: np.ndarray  # (H, d, D)
+    b_Q: np.ndarray | None
+    H: int
+    D: int
+    d: int
+
+
+def numpy_weights(weights: AttentionWeights) -> _Weights:
+    import torch
+
+    w = weights.to(torch.float64, "cpu")
+    return _Weights(
+        kind=w.kind,
+        W_Q=w.W_Q.numpy(),
+        W_K=w.W_K.numpy(),
+        W_V=w.W_V.numpy(),
+        W_O=w.W_O.numpy().reshape(w.H, w.d, w.D),
+        b_Q=None if w.b_Q is None else w.b_Q.numpy(),
+        H=w.H,
+        D=w.D,
+        d=w.d,
+    )
+
+
+def dp_jacobian_enclosure(X, w: _Weights):
+    """Enclosure of the dot-product attention Jacobian over the box X (N, D); returns (N, D, N, D).
+
+    J^h_il = P_il W_V^T + (1/sqrt(d)) [delta_il C_i K W_Q^T + C_i[:, l] q_i^T W_K^T], C_i[:, l] = P_il (v_l - vbar_i),
+    J_il = sum_h W^O_h^T J^h_il (see `certify/jacobian/_dot_product.py`). Query biases enter through q_i; key and
+    value biases cancel in the differences. X may be an Interval or a `Dual` (then the result is a Dual too).
+    """
+    N = X.shape[0]
+    dX = token_differences(X)
+    scale = const(1.0 / math.sqrt(w.d))
+    diagonal_mask = _eye_mask(N, 4, (0, 2))
+    J = None
+    for h in range(w.H):
+        WQ, WK, WV, WO = w.W_Q[h], w.W_K[h], w.W_V[h], w.W_O[h]
+        Q = point_einsum_any("nD,Dc->nc", X, WQ)
+        if w.b_Q is not None:
+            Q = Q + w.b_Q[h]
+        dK = point_einsum_any("jkD,Dc->jkc", dX, WK)  # k_j - k_k
+        dV = point_einsum_any("jkD,Dc->jkc", dX, WV)  # v_j - v_k
+        # logits s_ik - s_ij = q_i . (k_k - k_j) / sqrt(d), exactly 0 for k = j
+        L = _isum(Q.expand(1).expand(1) * dK.swapaxes(0, 1).expand(0), -1) * scale  # [i, j, k]
+        L = _zero_diagonal(L, (1, 2))
+        P = _map_value(_reciprocal(_isum(_exp(L), -1)), clip01)  # (N, N)
+        Dv = _isum(P.expand(1).expand(-1) * dV.expand(0), 2)  # [i, l] = v_l - vbar_i = sum_k P_ik (v_l - v_k)
+        C = P.expand(-1) * Dv  # (N, N, d): C_i[:, l]
+        dK_li = dK.swapaxes(0, 1)  # [i, l] = k_l - k_i
+        CK = _isum(C.expand(-1) * dK_li.expand(-2), 1)  # [i, a, c] = sum_l C_il[a] (k_l - k_i)[c]
+        diagonal = point_einsum_any("iac,aF,Ec->iFE", CK, WO, WQ) * scale
+        Kq = point_einsum_any("ic,Ec->iE", Q, WK)  # W_K q_i
+        OC = point_einsum_any("ila,aF->iFl", C, WO)
+        cross = OC.expand(-1) * Kq.expand(1).expand(1) * scale  # [i, F, l, E]
+        value = point_einsum_any("il,aF,Ea->iFlE", P, WO, WV)
+        head = value + cross + _where_zero(diagonal_mask, diagonal.expand(2))
+        J = head if J is None else J + head
+    return J
+
+
+def l2_jacobian_enclosure(X, w: _Weights):
+    """Enclosure of the tied-L2 attention Jacobian over the box X (N, D); returns (N, D, N, D).
+
+    With y_k = W_Q^T x_k (exact weights, no d^{1/4} rounding) and s = 1/sqrt(d): P_il = softmax_l(-s ||y_i - y_l||^2),
+    M_il = P_il I + 2 s delta_il Cov_i + 2 s P_il (y_l - ybar_i)(y_i - y_l)^T, and
+    J_il = s W^O_h^T W_V^T W_Q M_il W_Q^T summed over heads (MATH.md section 2 with V = W_Q s^{1/2}).
+    X may be an Interval or a `Dual`.
+    """
+    N = X.shape[0]
+    d = w.d
+    dX = token_differences(X)
+    s = const(1.0 / math.sqrt(d))
+    token_diagonal = _eye_mask(N, 4, (0, 1))  # [i, l, a, c] with i = l
+    coordinate_diagonal = np.eye(d, dtype=bool)
+    J = None
+    for h in range(w.H):
+        WQ, WV, WO = w.W_Q[h], w.W_V[h], w.W_O[h]
+        dY = point_einsum_any("jkD,Dc->jkc", dX, WQ)  # y_j - y_k
+        D2 = _isum(_square(dY), -1)  # ||y_j - y_k||^2
+        # exponent s (||y_i - y_j||^2 - ||y_i - y_k||^2), two forms intersected, exactly 0 for k = j
+        first = D2.expand(2) - D2.expand(1)  # [i, j, k]
+        dY_ji = dY.swapaxes(0, 1)  # [i, j] = y_j - y_i
+        second = _isum(dY.expand(0) * (dY_ji.expand(2) + dY_ji.expand(1)), -1)  # (y_j - y_k).(y_j + y_k - 2 y_i)
+        Z = _zero_diagonal(_intersect(first, second), (1, 2)) * s
+        P = _map_value(_reciprocal(_isum(_exp(Z), -1)), clip01)  # (N, N)
+        Dm = _isum(P.expand(1).expand(-1) * dY.expand(0), 2)  # [i, l] = y_l - ybar_i
+        # Cov_i = 1/2 sum_{k,l} P_ik P_il (y_k - y_l)(y_k - y_l)^T, squares on the diagonal
+        outer = _where_zero(~coordinate_diagonal, dY.expand(-1) * dY.expand(-2)) + _where_zero(
+            coordinate_diagonal, _square(dY).expand(-1)
+        )
+        PP = P.expand(2) * P.expand(1)  # [i, k, l]
+        Cov = _isum(PP.expand(-1).expand(-1) * outer.expand(0), (1, 2)) * 0.5  # (N, d, d)
+        dY_il = -dY.swapaxes(0, 1)  # [i, l] = y_i - y_l
+        rank_one = (P.expand(-1).expand(-1) * Dm.expand(-1)) * dY_il.expand(-2)  # [i, l, a, c]
+        M = rank_one * (s * 2.0) + P.expand(-1).expand(-1) * np.eye(d)
+        M = M + _where_zero(token_diagonal, (Cov * (s * 2.0)).expand(1))
+        head = point_einsum_any("ilac,bF,eb,ea,Ec->iFlE", M, WO, WV, WQ, WQ) * s
+        J = head if J is None else J + head
+    return J
+
+
+def jacobian_enclosure(X, w: _Weights):
+    """Dispatch on the attention kind (DP or tied L2)."""
+    if w.kind == "dp":
+        return dp_jacobian_enclosure(X, w)
+    if w.kind == "l2":
+        return l2_jacobian_enclosure(X, w)
+    raise ValueError(f"local enclosures cover kinds 'dp' and 'l2', got {w.kind!r}")
+
+
+def mean_value_enclosure(X: Interval, w: _Weights) -> Interval:
+    """J over the box X by the mean-value form, intersected with the direct interval evaluation.
+
+    For X in the box with centre c and radius h: J(X) = J(c) + sum_m (X_m - c_m) dJ/dX_m(xi) for some xi in the box
+    (mean-value theorem, entrywise), so J(X) is in J([c, c]) + sum_m [-h_m, h_m] T_m, with T_m the interval tangent
+    of the forward-mode evaluation over the box (`_local_dual.Dual`). J([c, c]) is itself an interval evaluation at
+    the point c. The direct evaluation over the box is the value part of the same forward pass.
+    """
+    dual = jacobian_enclosure(Dual.seed(X), w)
+    centre = 0.5 * X.lo + 0.5 * X.hi
+    centre = np.clip(centre, X.lo, X.hi)
+    h = round_up(np.maximum(X.hi - centre, centre - X.lo)).reshape(-1)
+    at_centre = jacobian_enclosure(Interval(centre, centre), w)
+    spread = isum(dual.t * Interval(-h, h), axis=-1)
+    return intersect(dual.v, at_centre + spread)
