@@ -1,0 +1,17 @@
+"""The auto_LiRPA bridge: bound-propagation certificates (IBP, CROWN) beside ours, on the same layers and balls.
+
+Importing this package imports auto_LiRPA 0.3 with the compatibility patches of MATH.md section 8 (`_compat`),
+and raises `LirpaUnavailableError` (a `CertifyError`) if auto_LiRPA is missing or of another version.
+"""
+
+from ._compat import (
+    REQUIRED_VERSION as REQUIRED_VERSION,
+    VERSION as VERSION,
+    LirpaUnavailableError as LirpaUnavailableError,
+    reducemax_fix as reducemax_fix,
+    reducemax_fix_enabled as reducemax_fix_enabled,
+)
+from ._bounds import OutputBounds as OutputBounds, output_bounds as output_bounds
+from ._export import LirpaAttention as LirpaAttention, export_attention as export_attention
+from ._jacobian import JacobianBounds as JacobianBounds, jacobian_bounds as jacobian_bounds, lirpa_lipschitz as lirpa_lipschitz
+from ._jvp import AttentionJVP as AttentionJVP, jacobian_directions as jacobian_directions
