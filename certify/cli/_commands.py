@@ -3,4 +3,5 @@
 COMMANDS: tuple[str, ...] = (
     "_demo",
     "_layer",
+    "_experiment",
 )
