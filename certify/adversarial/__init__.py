@@ -1,3 +1,8 @@
-"""Adversarial lower bounds on Lipschitz constants: inputs with large Jacobian norm (MATH.md section 5)."""
+"""Adversarial lower bounds on Lipschitz constants: inputs with large Jacobian norm (MATH.md sections 5 and 7)."""
 
-from ._ascent import lower_bound as lower_bound, project as project, starting_points as starting_points
+from ._attained import attained_norm as attained_norm
+from ._clusters import cluster_norm as cluster_norm, expand as expand, round_multiplicities as round_multiplicities
+from ._domains import natural_scale as natural_scale, project as project, starting_points as starting_points
+from ._objectives import PowerIteration as PowerIteration, query_output as query_output, row_block as row_block
+from ._search import default_device as default_device, lower_bound as lower_bound
+from ._starts import castin_starts as castin_starts, lemma_starts as lemma_starts

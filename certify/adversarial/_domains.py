@@ -1,0 +1,61 @@
+"""Projection onto the input domains and random starting points (MATH.md sections 3, 5 and 7)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .._domain import Ball, Domain, EpsBall, Global
+from ..attention import AttentionWeights
+
+
+def project(X: torch.Tensor, domain: Domain) -> torch.Tensor:
+    """Euclidean projection of a batch X (B, N, D) onto the domain (per token for a ball)."""
+    if isinstance(domain, Ball):
+        norms = X.norm(dim=-1, keepdim=True)
+        return X * torch.clamp(domain.radius / norms.clamp_min(1e-300), max=1.0)
+    if isinstance(domain, EpsBall):
+        center = domain.center.to(X)
+        delta = X - center
+        if domain.p == "inf":
+            return center + delta.clamp(-domain.eps, domain.eps)
+        norms = delta.flatten(1).norm(dim=1).clamp_min(1e-300)[:, None, None]
+        return center + delta * torch.clamp(domain.eps / norms, max=1.0)
+    return X
+
+
+def symmetric(domain: Domain) -> bool:
+    """True when the domain is invariant under permuting tokens (then so is sup ||J||, and row block 0 suffices)."""
+    return isinstance(domain, (Global, Ball))
+
+
+def natural_scale(weights: AttentionWeights) -> float:
+    """A per-token input norm at which attention scores are of order one.
+
+    L2: 1 / max_h ||V_h||_2 (V_h = W^Q_h / d^{1/4}, so ||y|| ~ 1); dot product: 1 / sqrt(max_h ||A_h||_2).
+    """
+    w = weights.to(torch.float64, "cpu")
+    if weights.kind == "dp":
+        sizes = [float(torch.linalg.matrix_norm(w.W_Q[h] @ w.W_K[h].T, ord=2)) / math.sqrt(w.d) for h in range(w.H)]
+        size = math.sqrt(max(sizes))
+    else:
+        size = max(float(torch.linalg.matrix_norm(W, ord=2).max()) for W in (w.W_Q, w.W_K)) / w.d**0.25
+    return 1.0 / size if size > 0 else 1.0
+
+
+def starting_points(weights: AttentionWeights, N: int, domain: Domain, restarts: int,
+                    generator: torch.Generator, scales: tuple[float, ...] = (0.3, 1.0, 2.0, 3.0)) -> torch.Tensor:
+    """Gaussian starts, float64 on the CPU (B, N, D): per-token norm ~ scale * `natural_scale`, cycling the scales.
+
+    In an eps-ball: the centre plus uniform noise of size eps; in a ball: scales capped at the radius.
+    """
+    X = torch.randn(restarts, N, weights.D, generator=generator, dtype=torch.float64) / math.sqrt(weights.D)
+    if isinstance(domain, EpsBall):
+        noise = 2 * torch.rand(restarts, N, weights.D, generator=generator, dtype=torch.float64) - 1
+        return project(domain.center.to(torch.float64) + domain.eps * noise, domain)
+    factor = torch.tensor(scales, dtype=torch.float64)[torch.arange(restarts) % len(scales)]
+    factor = factor * natural_scale(weights)
+    if isinstance(domain, Ball):
+        factor = factor.clamp(max=domain.radius)
+    return project(X * factor[:, None, None], domain)

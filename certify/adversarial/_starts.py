@@ -1,0 +1,75 @@
+"""Structured starting points known to be near worst case (MATH.md sections 4 and 7).
+
+- L2 (the Lemma of Theorem 3.2): sum_j p_j z_j with z_i = 0 is maximal when the other N - 1 scores all equal
+  1 + phi^{-1}(N-1). With d = 1 and z_j = ||y_0 - y_j||^2 this puts token 0 at the origin and the others at
+  distance sqrt(1 + W_0((N-1)/e)) along a direction u, on either side: x_j = +-sqrt(1 + W) u / ||V^T u||.
+- DP (Castin, Ablin & Peyre): X = R [u; u/2; ...; u/2] with u the top eigenvector of the symmetric part of
+  A = W^Q W^K^T / sqrt(d), which attains their sqrt(N) order on the ball of radius R.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .._domain import Ball, Domain, EpsBall
+from ..attention import AttentionWeights
+from ..bounds import phi_inverse
+from ._domains import natural_scale, project
+
+
+def _directions(weights: AttentionWeights) -> torch.Tensor:
+    """Unit directions (k, D): top singular vectors of each head's W^Q (L2) or eigenvectors of A_h (DP)."""
+    w = weights.to(torch.float64, "cpu")
+    found = []
+    for h in range(w.H):
+        if w.kind == "dp":
+            A = w.W_Q[h] @ w.W_K[h].T
+            values, vectors = torch.linalg.eigh((A + A.T) / 2)
+            found += [vectors[:, -1], vectors[:, 0]]
+        else:
+            U = torch.linalg.svd(w.W_Q[h], full_matrices=False)[0]
+            found.append(U[:, 0])
+    return torch.stack(found)
+
+
+def lemma_starts(weights: AttentionWeights, N: int, count: int, generator: torch.Generator) -> torch.Tensor:
+    """(count, N, D): token 0 at 0, the others at y-distance sqrt(1 + phi^{-1}(N-1)) on random sides, plus noise."""
+    w = weights.to(torch.float64, "cpu")
+    directions = _directions(w)
+    radius = math.sqrt(1 + phi_inverse(N - 1))
+    starts = []
+    for k in range(count):
+        u = directions[k % len(directions)]
+        h = (k % len(directions)) % w.H
+        length = radius / max(float((w.W_Q[h].T @ u).norm()) / w.d**0.25, 1e-12)
+        signs = torch.where(torch.rand(N, generator=generator) < (k % 3) / 2, -1.0, 1.0).to(torch.float64)
+        X = signs[:, None] * length * u[None, :]
+        X[0] = 0
+        noise = torch.randn(N, w.D, generator=generator, dtype=torch.float64) * 0.02 * length
+        starts.append(X + noise)
+    return torch.stack(starts)
+
+
+def castin_starts(weights: AttentionWeights, N: int, domain: Domain, count: int,
+                  generator: torch.Generator) -> torch.Tensor:
+    """(count, N, D): X = R [u; u/2; ...; u/2] (and sign/scale variants), projected onto the domain."""
+    w = weights.to(torch.float64, "cpu")
+    directions = _directions(w)
+    if isinstance(domain, Ball):
+        radii = [domain.radius]
+    else:
+        radii = [natural_scale(w) * s for s in (1.0, 2.0, 4.0)]
+    starts = []
+    for k in range(count):
+        u = directions[k % len(directions)] * (1 if (k // len(directions)) % 2 == 0 else -1)
+        R = radii[(k // (2 * len(directions))) % len(radii)]
+        X = (R / 2) * u.repeat(N, 1)
+        X[0] = R * u
+        X = X + 0.01 * R * torch.randn(N, w.D, generator=generator, dtype=torch.float64)
+        starts.append(X)
+    X = torch.stack(starts)
+    if isinstance(domain, EpsBall):
+        return project(domain.center.to(torch.float64).expand_as(X).clone(), domain)
+    return project(X, domain)
