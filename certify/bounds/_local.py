@@ -3,13 +3,15 @@
 Over a convex domain Omega, Lip_p(F) = sup_{X in Omega} ||J(X)||_p. Cover Omega by boxes (`_local_domain`);
 on each box B, `_local_enclosure` gives an interval matrix containing J(X) for every X in B, and its norm is
 bounded with proof (`certify.sdp`: the exact row sum for p = inf; min(||J_c|| + ||R||, || |J_c| + R ||) for p = 2,
-refined by the SDP relaxation for the largest boxes when N D <= `sdp_max_size`). So
+refined by the SDP relaxation for the largest boxes when N D <= `sdp_max_size`); `_local_structured` gives a
+second, norm-based bound on the same box, and the smaller one is kept. So
 
     Lip_p(F) on Omega <= max over the current leaves of their bound,
 
 whatever the leaves are, as long as they cover Omega: a box is only dropped when it misses Omega. Branch and bound
 always splits the leaf with the largest bound (along its widest coordinate), until upper / lower <= tolerance or
-the time budget is spent, and lower bounds come from the adversarial ascent plus ||J|| at every box centre
+the time budget is spent. On Ball(R) only the fundamental domain of token permutations (sorted first coordinates)
+and, without query/key biases, of X -> -X is searched (`_local_domain.shrink`). Lower bounds come from the adversarial ascent plus ||J|| at every box centre
 (projected into Omega). Ctrl-C stops the search and returns the bound of the leaves so far, which is still valid.
 """
 
@@ -31,8 +33,10 @@ from ..attention import AttentionWeights, check_tokens
 from ..interval import Interval
 from ..jacobian import check_norm, jacobian, jacobian_norm
 from ..sdp import MatrixEnclosure, SDPFallbackWarning, baseline_bound, enclosure_norm, inf_norm_bound, magnitude_bound
+from ._rounding import round_up
 from ._local_domain import initial_box, shrink, split
 from ._local_enclosure import jacobian_enclosure, mean_value_enclosure, numpy_weights
+from ._local_structured import dp_structured_bound, l2_structured_bound, structured_constants
 
 ENCLOSURES: tuple[str, ...] = ("auto", "direct", "mean-value")
 
@@ -53,22 +57,36 @@ def enclosure_bound(J: Interval, norm: str, *, sdp: bool = False, time_limit: fl
     return min(baseline_bound(enclosure), magnitude_bound(enclosure))
 
 
-def box_enclosure(box: Interval, weights, enclosure: str) -> Interval:
-    """J over the box by the direct interval evaluation or the mean-value form (intersected with the direct one)."""
+def box_enclosure(boxes: Interval, weights, enclosure: str) -> Interval:
+    """J over boxes (..., N, D) by the direct interval evaluation or the mean-value form (intersected with it)."""
     if enclosure == "mean-value":
-        return mean_value_enclosure(box, weights)
-    return jacobian_enclosure(box, weights)
+        return mean_value_enclosure(boxes, weights)
+    return jacobian_enclosure(boxes, weights)
+
+
+def structured_box_bound(boxes: Interval, nw, constants, N: int, norm: str, radius: float | None) -> np.ndarray:
+    """The norm-based bound of `_local_structured` per box (2-norm; times sqrt(N D) for the inf-norm)."""
+    if nw.kind == "dp":
+        value = dp_structured_bound(boxes, nw, constants, radius)
+    else:
+        value = l2_structured_bound(boxes, nw, constants, N, radius)
+    if norm == "inf":
+        value = value * math.sqrt(N * nw.D) * (1 + 1e-12)
+    return value
 
 
 def _project(X: np.ndarray, domain: Domain) -> np.ndarray:
+    """Points X (B, N, D) moved into the domain (per-token radial projection for Ball; clipping or radial
+    projection around X0 for EpsBall), so ||J|| there is a valid lower bound."""
     if isinstance(domain, Ball):
         norms = np.linalg.norm(X, axis=-1, keepdims=True)
-        return X * np.minimum(1.0, domain.radius / np.maximum(norms, 1e-300))
+        return X * np.minimum(1.0, 0.999999 * domain.radius / np.maximum(norms, 1e-300))
     X0 = domain.center.detach().to(torch.float64).cpu().numpy()
     delta = X - X0
     if domain.p == "inf":
         return X0 + np.clip(delta, -domain.eps, domain.eps)
-    return X0 + delta * min(1.0, domain.eps / max(float(np.linalg.norm(delta)), 1e-300))
+    norms = np.linalg.norm(delta.reshape(len(X), -1), axis=-1)[:, None, None]
+    return X0 + delta * np.minimum(1.0, 0.999999 * domain.eps / np.maximum(norms, 1e-300))
 
 
 def local_bound(
@@ -125,36 +143,55 @@ def local_bound(
     if enclosure == "auto":
         enclosure = "mean-value" if N * D <= 16 else "direct"
     use_sdp = norm == "2" and N * D <= sdp_max_size
+    constants = structured_constants(nw)
+    radius = domain.radius if isinstance(domain, Ball) else None
+    symmetric = isinstance(domain, Ball)
+    sign = symmetric and w64.b_Q is None and w64.b_K is None
 
     # lower bound: given, or adversarial ascent on a share of the budget
+    best_lower, witness = 0.0, None
     if lower is None:
         from ..adversarial import lower_bound
 
-        lower = lower_bound(w64, N, norm, domain, restarts=8, steps=150, seed=seed, seconds=0.2 * time_budget)
-    best_lower = float(lower.value)
-    witness = lower.details.get("witness")
+        try:
+            lower = lower_bound(w64, N, norm, domain, restarts=8, steps=150, seed=seed, seconds=0.2 * time_budget)
+        except Exception as error:  # the lower bound only steers the search; the upper bound does not use it
+            warnings.warn(f"adversarial lower bound failed ({error!r}); using sampled inputs only", stacklevel=2)
+            lower = None
+    if lower is not None:
+        best_lower = float(lower.value)
+        witness = lower.details.get("witness")
 
     def lower_at(X: np.ndarray) -> None:
         nonlocal best_lower, witness
         Xp = _project(X, domain)
-        value = float(jacobian_norm(jacobian(torch.from_numpy(Xp)[None], w64), norm)[0])
-        if value > best_lower:
-            best_lower, witness = value, Xp.tolist()
+        values = jacobian_norm(jacobian(torch.from_numpy(Xp), w64), norm)
+        top = int(values.argmax())
+        if float(values[top]) > best_lower:
+            best_lower, witness = float(values[top]), Xp[top].tolist()
 
     counter = itertools.count()
     heap: list[tuple[float, int, bool, Interval]] = []  # (-bound, tie, sdp_refined, box)
     boxes = 0
     sdp_refinements = 0
+    batch = 32 if N * D <= 16 else 8
 
-    def evaluate(box: Interval, parent_bound: float) -> None:
+    def evaluate(children: list[Interval], parent_bounds: list[float]) -> None:
         nonlocal boxes
-        boxes += 1
-        shrunk = shrink(box, domain)
-        if shrunk is None:
+        boxes += len(children)
+        stacked = Interval(np.stack([c.lo for c in children]), np.stack([c.hi for c in children]))
+        shrunk, keep = shrink(stacked, domain, symmetric, sign)
+        if not np.any(keep):
             return
-        bound = min(enclosure_bound(box_enclosure(shrunk, nw, enclosure), norm), parent_bound)
-        lower_at(0.5 * shrunk.lo + 0.5 * shrunk.hi)
-        heapq.heappush(heap, (-bound, next(counter), False, shrunk))
+        kept = Interval(shrunk.lo[keep], shrunk.hi[keep])
+        parents = np.asarray(parent_bounds)[keep]
+        J = box_enclosure(kept, nw, enclosure)
+        structured = structured_box_bound(kept, nw, constants, N, norm, radius)
+        lower_at(0.5 * kept.lo + 0.5 * kept.hi)
+        for b in range(kept.shape[0]):
+            entrywise = enclosure_bound(J[b], norm)
+            bound = min(entrywise, float(structured[b]), float(parents[b]))
+            heapq.heappush(heap, (-bound, next(counter), False, kept[b]))
 
     progress = None
     if not quiet:
@@ -162,9 +199,12 @@ def local_bound(
 
         progress = tqdm(total=None, desc="local bnb", unit="box", leave=False)
     stopped = "time"
-    current = None
+    popped: list = []
     try:
-        evaluate(initial_box(domain, N, D), math.inf)
+        root = initial_box(domain, N, D)
+        generator = np.random.default_rng(seed)
+        lower_at(generator.uniform(root.lo, root.hi, size=(64, N, D)))
+        evaluate([root], [math.inf])
         while heap:
             if -heap[0][0] <= best_lower * tolerance:
                 stopped = "tolerance"
@@ -176,24 +216,31 @@ def local_bound(
             if max_boxes is not None and boxes >= max_boxes:
                 stopped = "boxes"
                 break
-            current = heapq.heappop(heap)
-            neg_bound, _, refined, box = current
-            if use_sdp and not refined and elapsed > 0.5 * time_budget:
+            if use_sdp and not heap[0][2] and elapsed > 0.5 * time_budget:
+                popped = [heapq.heappop(heap)]
+                neg_bound, _, _, box = popped[0]
                 J = box_enclosure(box, nw, enclosure)
-                value = min(-neg_bound, enclosure_bound(J, norm, sdp=True, time_limit=max(1.0, time_budget - elapsed)))
+                limit = max(1.0, time_budget - elapsed)
+                value = min(-neg_bound, enclosure_bound(J, norm, sdp=True, time_limit=limit))
                 sdp_refinements += 1
                 heapq.heappush(heap, (-value, next(counter), True, box))
-            else:
+                popped = []
+                continue
+            popped = [heapq.heappop(heap) for _ in range(min(batch // 2, len(heap)))]
+            children, parents = [], []
+            for neg_bound, _, _, box in popped:
                 for child in split(box):
-                    evaluate(child, -neg_bound)
-            current = None
+                    children.append(child)
+                    parents.append(-neg_bound)
+            evaluate(children, parents)
+            popped = []
             if progress is not None:
-                progress.update(1)
+                progress.update(len(children))
                 progress.set_postfix(upper=f"{-heap[0][0]:.5g}" if heap else "-", lower=f"{best_lower:.5g}")
     except KeyboardInterrupt:
         stopped = "interrupted"
-        if current is not None:
-            heapq.heappush(heap, current)
+        for item in popped:
+            heapq.heappush(heap, item)
     finally:
         if progress is not None:
             progress.close()

@@ -53,20 +53,42 @@ def _shrink_group(lo: np.ndarray, hi: np.ndarray, centre: np.ndarray, radius: fl
     return np.maximum(lo, round_down(centre - bound)), np.minimum(hi, round_up(centre + bound)), empty
 
 
-def shrink(box: Interval, domain: Domain) -> Interval | None:
-    """The box cut down to (a box containing) its intersection with the domain, or None if they do not meet."""
+def _fundamental(lo: np.ndarray, hi: np.ndarray, sign: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Cut boxes (B, N, D) to the fundamental domain of token permutations (and of X -> -X when `sign`):
+    x_{0,0} <= x_{1,0} <= ... <= x_{N-1,0}, and x_{0,0} + x_{N-1,0} >= 0. Only float comparisons and negations
+    (exact), so nothing is lost to rounding."""
+    lo, hi = lo.copy(), hi.copy()
+    lo[:, :, 0] = np.maximum.accumulate(lo[:, :, 0], axis=1)
+    hi[:, :, 0] = np.minimum.accumulate(hi[:, ::-1, 0], axis=1)[:, ::-1]
+    if sign:
+        lo[:, -1, 0] = np.maximum(lo[:, -1, 0], -hi[:, 0, 0])
+        lo[:, 0, 0] = np.maximum(lo[:, 0, 0], -hi[:, -1, 0])
+    return lo, hi
+
+
+def shrink(boxes: Interval, domain: Domain, symmetric: bool = False, sign: bool = False) -> tuple[Interval, np.ndarray]:
+    """Boxes (B, N, D) cut down to (boxes containing) their intersection with the domain, and a mask (B,) of the
+    boxes that meet the domain (the others are to be dropped; their cut-down ends are meaningless).
+
+    symmetric: also cut to the fundamental domain of token permutations (valid when the domain and ||J(X)|| are
+    invariant under permuting tokens: Ball(R), any attention layer here, since J(pi X) = (pi x I) J(X) (pi x I)^T);
+    sign: and of X -> -X (valid when F(-X) = -F(X) + const, i.e. no query or key biases; then J(-X) = J(X)).
+    """
+    B = boxes.shape[0]
     if isinstance(domain, Ball):
-        lo, hi, empty = _shrink_group(box.lo, box.hi, np.zeros_like(box.lo), domain.radius)
-        if np.any(empty) or np.any(lo > hi):
-            return None
-        return Interval(lo, hi)
-    if isinstance(domain, EpsBall) and domain.p == "2":
-        X0 = domain.center.detach().to(torch.float64).cpu().numpy().reshape(-1)
-        lo, hi, empty = _shrink_group(box.lo.reshape(-1), box.hi.reshape(-1), X0, domain.eps)
-        if bool(empty) or np.any(lo > hi):
-            return None
-        return Interval(lo.reshape(box.shape), hi.reshape(box.shape))
-    return box
+        lo, hi, empty = _shrink_group(boxes.lo, boxes.hi, np.zeros_like(boxes.lo), domain.radius)
+        if symmetric:
+            lo, hi = _fundamental(lo, hi, sign)
+        keep = ~np.any(empty, axis=-1) & ~np.any(lo > hi, axis=(-2, -1))
+    elif isinstance(domain, EpsBall) and domain.p == "2":
+        X0 = domain.center.detach().to(torch.float64).cpu().numpy().reshape(1, -1)
+        lo, hi, empty = _shrink_group(boxes.lo.reshape(B, -1), boxes.hi.reshape(B, -1), X0, domain.eps)
+        lo, hi = lo.reshape(boxes.shape), hi.reshape(boxes.shape)
+        keep = ~empty & ~np.any(lo > hi, axis=(-2, -1))
+    else:
+        return boxes, np.ones(B, dtype=bool)
+    hi = np.where(keep[:, None, None], hi, np.maximum(lo, hi))
+    return Interval(lo, hi), keep
 
 
 def split(box: Interval) -> tuple[Interval, Interval]:

@@ -29,9 +29,9 @@ class Dual:
 
     @staticmethod
     def seed(x: Interval) -> Dual:
-        """The input box itself: tangent = identity (exact) over the flattened coordinates."""
-        n = x.lo.size
-        eye = np.eye(n).reshape(*x.shape, n)
+        """The input boxes (..., N, D) themselves: tangent = identity (exact) over the N D coordinates of each."""
+        N, D = x.shape[-2:]
+        eye = np.broadcast_to(np.eye(N * D).reshape(N, D, N * D), (*x.shape, N * D))
         return Dual(x, Interval(eye, eye))
 
     @property

@@ -105,6 +105,7 @@ def clip01(x: Interval) -> Interval:
 
 
 def _eye_mask(n: int, ndim: int, axes: tuple[int, int]) -> np.ndarray:
+    """Boolean mask, True where the indices along `axes` (of an ndim-array, negative axes allowed) are equal."""
     shape = [1] * ndim
     shape[axes[0]] = n
     shape[axes[1]] = n
@@ -112,14 +113,14 @@ def _eye_mask(n: int, ndim: int, axes: tuple[int, int]) -> np.ndarray:
 
 
 def token_differences(X):
-    """dX[j, k] = x_j - x_k (N, N, D), exactly 0 on the diagonal."""
-    N = X.shape[0]
-    return _where_zero(~_eye_mask(N, 3, (0, 1)), X.expand(1) - X.expand(0))
+    """dX[..., j, k, :] = x_j - x_k for X (..., N, D), exactly 0 for j = k."""
+    N = X.shape[-2]
+    return _where_zero(~_eye_mask(N, 3, (0, 1)), X.expand(-2) - X.expand(-3))
 
 
 def _zero_diagonal(x, axes: tuple[int, int]):
-    """Set the entries with equal indices along two axes to exactly 0."""
-    return _where_zero(~_eye_mask(x.shape[axes[0]], len(x.shape), axes), x)
+    """Set the entries with equal indices along two (negative) axes to exactly 0."""
+    return _where_zero(~_eye_mask(x.shape[axes[0]], -min(axes), (min(axes), max(axes))), x)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,52 +155,76 @@ def numpy_weights(weights: AttentionWeights) -> _Weights:
     )
 
 
+def dp_scores(X, dX, w: _Weights, h: int):
+    """Head h of DP attention over boxes X (..., N, D): (q_i, k_j - k_k, P) as intervals (or Duals).
+
+    P_ij = 1 / sum_k exp(s_ik - s_ij) with s_ik - s_ij = q_i . (k_k - k_j) / sqrt(d), exactly 0 for k = j.
+    """
+    Q = point_einsum_any("...nD,Dc->...nc", X, w.W_Q[h])
+    if w.b_Q is not None:
+        Q = Q + w.b_Q[h]
+    dK = point_einsum_any("...jkD,Dc->...jkc", dX, w.W_K[h])  # k_j - k_k
+    L = _isum(Q.expand(-2).expand(-2) * dK.swapaxes(-3, -2).expand(-4), -1)  # [i, j, k]
+    L = _zero_diagonal(L * const(1.0 / math.sqrt(w.d)), (-2, -1))
+    P = _map_value(_reciprocal(_isum(_exp(L), -1)), clip01)  # (..., N, N)
+    return Q, dK, P
+
+
+def l2_scores(dX, w: _Weights, h: int):
+    """Head h of tied L2 attention over the boxes: (y_j - y_k, P) with y = W_Q^T x.
+
+    P_ij = 1 / sum_k exp(s (||y_i - y_j||^2 - ||y_i - y_k||^2)), the exponent taken as the intersection of its
+    two forms D2_ij - D2_ik and (y_j - y_k).(y_j + y_k - 2 y_i), exactly 0 for k = j.
+    """
+    dY = point_einsum_any("...jkD,Dc->...jkc", dX, w.W_Q[h])  # y_j - y_k
+    D2 = _isum(_square(dY), -1)  # ||y_j - y_k||^2
+    first = D2.expand(-1) - D2.expand(-2)  # [i, j, k]
+    dY_ji = dY.swapaxes(-3, -2)  # [i, j] = y_j - y_i
+    second = _isum(dY.expand(-4) * (dY_ji.expand(-2) + dY_ji.expand(-3)), -1)
+    Z = _zero_diagonal(_intersect(first, second), (-2, -1)) * const(1.0 / math.sqrt(w.d))
+    P = _map_value(_reciprocal(_isum(_exp(Z), -1)), clip01)  # (..., N, N)
+    return dY, P
+
+
 def dp_jacobian_enclosure(X, w: _Weights):
-    """Enclosure of the dot-product attention Jacobian over the box X (N, D); returns (N, D, N, D).
+    """Enclosure of the dot-product attention Jacobian over boxes X (..., N, D); returns (..., N, D, N, D).
 
     J^h_il = P_il W_V^T + (1/sqrt(d)) [delta_il C_i K W_Q^T + C_i[:, l] q_i^T W_K^T], C_i[:, l] = P_il (v_l - vbar_i),
     J_il = sum_h W^O_h^T J^h_il (see `certify/jacobian/_dot_product.py`). Query biases enter through q_i; key and
     value biases cancel in the differences. X may be an Interval or a `Dual` (then the result is a Dual too).
     """
-    N = X.shape[0]
+    N = X.shape[-2]
     dX = token_differences(X)
     scale = const(1.0 / math.sqrt(w.d))
     diagonal_mask = _eye_mask(N, 4, (0, 2))
     J = None
     for h in range(w.H):
         WQ, WK, WV, WO = w.W_Q[h], w.W_K[h], w.W_V[h], w.W_O[h]
-        Q = point_einsum_any("nD,Dc->nc", X, WQ)
-        if w.b_Q is not None:
-            Q = Q + w.b_Q[h]
-        dK = point_einsum_any("jkD,Dc->jkc", dX, WK)  # k_j - k_k
-        dV = point_einsum_any("jkD,Dc->jkc", dX, WV)  # v_j - v_k
-        # logits s_ik - s_ij = q_i . (k_k - k_j) / sqrt(d), exactly 0 for k = j
-        L = _isum(Q.expand(1).expand(1) * dK.swapaxes(0, 1).expand(0), -1) * scale  # [i, j, k]
-        L = _zero_diagonal(L, (1, 2))
-        P = _map_value(_reciprocal(_isum(_exp(L), -1)), clip01)  # (N, N)
-        Dv = _isum(P.expand(1).expand(-1) * dV.expand(0), 2)  # [i, l] = v_l - vbar_i = sum_k P_ik (v_l - v_k)
-        C = P.expand(-1) * Dv  # (N, N, d): C_i[:, l]
-        dK_li = dK.swapaxes(0, 1)  # [i, l] = k_l - k_i
-        CK = _isum(C.expand(-1) * dK_li.expand(-2), 1)  # [i, a, c] = sum_l C_il[a] (k_l - k_i)[c]
-        diagonal = point_einsum_any("iac,aF,Ec->iFE", CK, WO, WQ) * scale
-        Kq = point_einsum_any("ic,Ec->iE", Q, WK)  # W_K q_i
-        OC = point_einsum_any("ila,aF->iFl", C, WO)
-        cross = OC.expand(-1) * Kq.expand(1).expand(1) * scale  # [i, F, l, E]
-        value = point_einsum_any("il,aF,Ea->iFlE", P, WO, WV)
-        head = value + cross + _where_zero(diagonal_mask, diagonal.expand(2))
+        Q, dK, P = dp_scores(X, dX, w, h)
+        dV = point_einsum_any("...jkD,Dc->...jkc", dX, WV)  # v_j - v_k
+        Dv = _isum(P.expand(-2).expand(-1) * dV.expand(-4), -2)  # [i, l] = v_l - vbar_i = sum_k P_ik (v_l - v_k)
+        C = P.expand(-1) * Dv  # [i, l, a] = C_i[a, l]
+        dK_li = dK.swapaxes(-3, -2)  # [i, l] = k_l - k_i
+        CK = _isum(C.expand(-1) * dK_li.expand(-2), -3)  # [i, a, c] = sum_l C_il[a] (k_l - k_i)[c]
+        diagonal = point_einsum_any("...iac,aF,Ec->...iFE", CK, WO, WQ) * scale
+        Kq = point_einsum_any("...ic,Ec->...iE", Q, WK)  # W_K q_i
+        OC = point_einsum_any("...ila,aF->...iFl", C, WO)
+        cross = OC.expand(-1) * Kq.expand(-2).expand(-2) * scale  # [i, F, l, E]
+        value = point_einsum_any("...il,aF,Ea->...iFlE", P, WO, WV)
+        head = value + cross + _where_zero(diagonal_mask, diagonal.expand(-2))
         J = head if J is None else J + head
     return J
 
 
 def l2_jacobian_enclosure(X, w: _Weights):
-    """Enclosure of the tied-L2 attention Jacobian over the box X (N, D); returns (N, D, N, D).
+    """Enclosure of the tied-L2 attention Jacobian over boxes X (..., N, D); returns (..., N, D, N, D).
 
     With y_k = W_Q^T x_k (exact weights, no d^{1/4} rounding) and s = 1/sqrt(d): P_il = softmax_l(-s ||y_i - y_l||^2),
     M_il = P_il I + 2 s delta_il Cov_i + 2 s P_il (y_l - ybar_i)(y_i - y_l)^T, and
     J_il = s W^O_h^T W_V^T W_Q M_il W_Q^T summed over heads (MATH.md section 2 with V = W_Q s^{1/2}).
     X may be an Interval or a `Dual`.
     """
-    N = X.shape[0]
+    N = X.shape[-2]
     d = w.d
     dX = token_differences(X)
     s = const(1.0 / math.sqrt(d))
@@ -208,26 +233,19 @@ def l2_jacobian_enclosure(X, w: _Weights):
     J = None
     for h in range(w.H):
         WQ, WV, WO = w.W_Q[h], w.W_V[h], w.W_O[h]
-        dY = point_einsum_any("jkD,Dc->jkc", dX, WQ)  # y_j - y_k
-        D2 = _isum(_square(dY), -1)  # ||y_j - y_k||^2
-        # exponent s (||y_i - y_j||^2 - ||y_i - y_k||^2), two forms intersected, exactly 0 for k = j
-        first = D2.expand(2) - D2.expand(1)  # [i, j, k]
-        dY_ji = dY.swapaxes(0, 1)  # [i, j] = y_j - y_i
-        second = _isum(dY.expand(0) * (dY_ji.expand(2) + dY_ji.expand(1)), -1)  # (y_j - y_k).(y_j + y_k - 2 y_i)
-        Z = _zero_diagonal(_intersect(first, second), (1, 2)) * s
-        P = _map_value(_reciprocal(_isum(_exp(Z), -1)), clip01)  # (N, N)
-        Dm = _isum(P.expand(1).expand(-1) * dY.expand(0), 2)  # [i, l] = y_l - ybar_i
+        dY, P = l2_scores(dX, w, h)
+        Dm = _isum(P.expand(-2).expand(-1) * dY.expand(-4), -2)  # [i, l] = y_l - ybar_i
         # Cov_i = 1/2 sum_{k,l} P_ik P_il (y_k - y_l)(y_k - y_l)^T, squares on the diagonal
         outer = _where_zero(~coordinate_diagonal, dY.expand(-1) * dY.expand(-2)) + _where_zero(
             coordinate_diagonal, _square(dY).expand(-1)
         )
-        PP = P.expand(2) * P.expand(1)  # [i, k, l]
-        Cov = _isum(PP.expand(-1).expand(-1) * outer.expand(0), (1, 2)) * 0.5  # (N, d, d)
-        dY_il = -dY.swapaxes(0, 1)  # [i, l] = y_i - y_l
+        PP = P.expand(-1) * P.expand(-2)  # [i, k, l]
+        Cov = _isum(PP.expand(-1).expand(-1) * outer.expand(-5), (-4, -3)) * 0.5  # [i, a, c]
+        dY_il = -dY.swapaxes(-3, -2)  # [i, l] = y_i - y_l
         rank_one = (P.expand(-1).expand(-1) * Dm.expand(-1)) * dY_il.expand(-2)  # [i, l, a, c]
         M = rank_one * (s * 2.0) + P.expand(-1).expand(-1) * np.eye(d)
-        M = M + _where_zero(token_diagonal, (Cov * (s * 2.0)).expand(1))
-        head = point_einsum_any("ilac,bF,eb,ea,Ec->iFlE", M, WO, WV, WQ, WQ) * s
+        M = M + _where_zero(token_diagonal, (Cov * (s * 2.0)).expand(-3))
+        head = point_einsum_any("...ilac,bF,eb,ea,Ec->...iFlE", M, WO, WV, WQ, WQ) * s
         J = head if J is None else J + head
     return J
 
@@ -242,7 +260,7 @@ def jacobian_enclosure(X, w: _Weights):
 
 
 def mean_value_enclosure(X: Interval, w: _Weights) -> Interval:
-    """J over the box X by the mean-value form, intersected with the direct interval evaluation.
+    """J over boxes X (..., N, D) by the mean-value form, intersected with the direct interval evaluation.
 
     For X in the box with centre c and radius h: J(X) = J(c) + sum_m (X_m - c_m) dJ/dX_m(xi) for some xi in the box
     (mean-value theorem, entrywise), so J(X) is in J([c, c]) + sum_m [-h_m, h_m] T_m, with T_m the interval tangent
@@ -250,9 +268,9 @@ def mean_value_enclosure(X: Interval, w: _Weights) -> Interval:
     the point c. The direct evaluation over the box is the value part of the same forward pass.
     """
     dual = jacobian_enclosure(Dual.seed(X), w)
-    centre = 0.5 * X.lo + 0.5 * X.hi
-    centre = np.clip(centre, X.lo, X.hi)
-    h = round_up(np.maximum(X.hi - centre, centre - X.lo)).reshape(-1)
+    centre = np.clip(0.5 * X.lo + 0.5 * X.hi, X.lo, X.hi)
+    n = X.shape[-2] * X.shape[-1]
+    h = round_up(np.maximum(X.hi - centre, centre - X.lo)).reshape(*X.shape[:-2], 1, 1, 1, 1, n)
     at_centre = jacobian_enclosure(Interval(centre, centre), w)
     spread = isum(dual.t * Interval(-h, h), axis=-1)
     return intersect(dual.v, at_centre + spread)

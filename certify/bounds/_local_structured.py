@@ -1,0 +1,188 @@
+"""Structured (norm-based) bounds on max ||J(X)||_2 over a box of X, tighter than Castin et al. on the same ball.
+
+Instead of bounding J entrywise, bound the norms of its three parts with the box's softmax enclosure P in
+[P_lo, P_hi] (`_local_enclosure.dp_scores` / `l2_scores`). Notation: c = max_l sum_i P_hi[i, l] >= the largest
+column sum of P; since rows of P sum to 1, ||P||_2 <= sqrt(||P||_1 ||P||_inf) <= sqrt(c), and ||P||_2 <= ||P_hi||_2
+(P >= 0 entrywise). Proofs are in each function's docstring; all are Cauchy-Schwarz.
+
+**DP head** (`certify/jacobian/_dot_product.py`): J^h_il = W^O_h^T [P_il W_V^T + delta_il W_V^T Cov_i B
++ P_il W_V^T (x_l - xbar_i) w_i^T] with B = W_K W_Q^T / sqrt(d), Cov_i = sum_l P_il (x_l - xbar_i)(x_l - xbar_i)^T
+(key biases cancel since sum_l P_il (x_l - xbar_i) = 0) and w_i = W_K q_i / sqrt(d). With
+V >= max_i sum_l P_il ||x_l - xbar_i||^2 (>= ||Cov_i||_2):
+
+  - ||[P_il (W_V W^O_h)^T]|| = ||P|| ||W_V W^O_h||;
+  - the block diagonal part <= ||W_V W^O_h|| ||B|| V;
+  - the rank-one part T_il = u_il w_i^T with u_il = P_il (W_V W^O_h)^T (x_l - xbar_i):
+    ||T z||^2 <= sum_i ||w_i||^2 (sum_l ||u_il|| ||z_l||)^2
+             <= sum_i ||w_i||^2 (sum_l ||u_il||^2 / P_il)(sum_l P_il ||z_l||^2)
+             <= ||W_V W^O_h||^2 V max_i ||w_i||^2 c ||z||^2.
+
+  So ||J^h|| <= ||W_V W^O_h|| (||P|| + ||B|| V + sqrt(V c) max_i ||w_i||), and ||J|| <= sum_h of these, or
+  ||W_O|| (sum_h (same with ||W_V||)^2)^{1/2}. V <= max_l sup ||x_l - m||^2 over the box for any fixed m
+  (the weighted variance is at most the weighted second moment about m); we take m = 0 (then V <= R^2 on Ball(R))
+  and m = the centre of the tokens' hull.
+
+**Tied L2 head** with y = W_Q^T x, s = 1/sqrt(d) (`_local_enclosure.l2_jacobian_enclosure`):
+J^h = s (P (x) G W_Q^T) + 2 s^2 (I (x) G) [blockdiag(Cov_i) + T] (I (x) W_Q^T), G = W^O_h^T W_V^T W_Q,
+T_il = P_il (y_l - ybar_i)(y_i - y_l)^T. With Var_i = sum_l P_il ||y_l - ybar_i||^2 <= sum_l P_il ||y_l - y_i||^2
+and col_l = sum_i P_il ||y_i - y_l||^2: ||T z||^2 <= sum_i Var_i sum_l P_il ||y_i - y_l||^2 ||z_l||^2
+<= max_i Var_i max_l col_l ||z||^2. Also s Var_i <= phi^{-1}(N - 1) (MATH.md section 4 corollary) and
+P_il ||y_i - y_l||^2 <= max_z z e^{-s z} = 1 / (e s), so col_l <= (N - 1) / (e s).
+
+Floating point: weight norms are proven (`certify.sdp.norm2_upper`, products with a gamma_k |A||B| term), box
+quantities come from outward-rounded intervals, and the final few operations on nonnegative numbers are covered by
+`round_up`'s relative margin (certify/bounds/_rounding.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from ..interval import Interval, isum
+from ..sdp._floating import gamma, norm2_upper, up
+from ._lambert import phi_inverse
+from ._local_enclosure import _Weights, dp_scores, l2_scores, point_einsum_any, token_differences
+from ._rounding import round_up
+
+
+def product_norm_upper(*matrices: np.ndarray) -> float:
+    """Proven upper bound on ||M_1 M_2 ... M_k||_2 (float64 inputs taken as exact).
+
+    fl(A B) = A B + E with |E| <= gamma_n |A| |B|; applied left to right, with the error terms carried as
+    nonnegative matrices and their norms bounded by `norm2_upper` (also a bound for the exact |.| products, up to
+    the same gamma factor, which the final 1e-9 margin covers).
+    """
+    product = matrices[0]
+    magnitude = np.abs(matrices[0])
+    error = 0.0  # bound on ||exact prefix - product||, as a norm
+    for M in matrices[1:]:
+        n = M.shape[0]
+        g = gamma(n + 2)
+        error = up(error * norm2_upper(M) + g * norm2_upper(magnitude @ np.abs(M)) * (1 + g))
+        product = product @ M
+        magnitude = magnitude @ np.abs(M)
+    return float(round_up(norm2_upper(product) + error))
+
+
+@dataclasses.dataclass(frozen=True)
+class StructuredConstants:
+    """Per-head weight norms used by the structured bounds (all proven upper bounds)."""
+
+    VO: tuple[float, ...]  # ||W_V W^O_h||
+    V: tuple[float, ...]  # ||W_V^h||
+    O: float  # ||W_O||
+    B: tuple[float, ...]  # DP: ||W_K W_Q^T|| / sqrt(d);  L2: ||G W_Q^T|| = ||W^O_h^T W_V^T W_Q W_Q^T||
+    G: tuple[float, ...]  # L2: ||G|| = ||W^O_h^T W_V^T W_Q||
+    Q: tuple[float, ...]  # L2: ||W_Q^h||
+    KbQ: tuple[float, ...]  # DP: ||W_K b_Q|| / sqrt(d) (0 without query bias)
+
+
+def structured_constants(w: _Weights) -> StructuredConstants:
+    inv_sqrt_d = float(up(1.0 / math.sqrt(w.d)) * (1 + 1e-15))
+    VO, V, B, G, Q, KbQ = [], [], [], [], [], []
+    for h in range(w.H):
+        WQ, WK, WV, WO = w.W_Q[h], w.W_K[h], w.W_V[h], w.W_O[h]
+        VO.append(product_norm_upper(WV, WO))
+        V.append(norm2_upper(WV))
+        if w.kind == "dp":
+            B.append(float(round_up(product_norm_upper(WK, WQ.T) * inv_sqrt_d)))
+            KbQ.append(0.0 if w.b_Q is None else float(round_up(norm2_upper(WK @ w.b_Q[h][:, None]) * inv_sqrt_d)))
+            G.append(0.0)
+            Q.append(0.0)
+        else:
+            B.append(product_norm_upper(WO.T, WV.T, WQ, WQ.T))
+            G.append(product_norm_upper(WO.T, WV.T, WQ))
+            Q.append(norm2_upper(WQ))
+            KbQ.append(0.0)
+    return StructuredConstants(tuple(VO), tuple(V), norm2_upper(w.W_O.reshape(-1, w.D)), tuple(B), tuple(G), tuple(Q), tuple(KbQ))
+
+
+def _second_moment_bound(X: Interval, radius: float | None) -> np.ndarray:
+    """V >= sup over each box of max_l ||x_l - m||^2, for m = 0 (and the ball radius) and m = the hull centre.
+
+    X: (..., N, D); returns (...).
+    """
+    about_zero = np.max(np.sum(X.mag**2, axis=-1), axis=-1)
+    if radius is not None:
+        about_zero = np.minimum(about_zero, radius**2)
+    m = 0.5 * X.lo.min(axis=-2, keepdims=True) + 0.5 * X.hi.max(axis=-2, keepdims=True)
+    spread = np.maximum(np.abs(X.lo - m), np.abs(X.hi - m))
+    about_centre = np.max(np.sum(spread**2, axis=-1), axis=-1)
+    return np.minimum(about_zero, about_centre) * (1 + 1e-12)
+
+
+def _p_max(N: int, logit_range: np.ndarray) -> np.ndarray:
+    """Upper bound on every P_il when all logit differences s_il - s_ik lie in [-logit_range, logit_range]:
+    P_il = 1 / sum_k exp(s_ik - s_il) <= 1 / (1 + (N - 1) exp(-logit_range)), rounded up."""
+    if N == 1:
+        return np.ones_like(logit_range)
+    with np.errstate(under="ignore"):
+        low = np.exp(-np.minimum(logit_range, 700.0)) * (1 - 1e-14)
+    return 1.0 / (1.0 + (N - 1) * low) * (1 + 1e-14)
+
+
+def _token_norm(X: Interval, radius: float | None) -> np.ndarray:
+    """max_l sup ||x_l|| over each box (and <= R on Ball(R)); X (..., N, D), returns (...)."""
+    value = np.sqrt(np.max(np.sum(X.mag**2, axis=-1), axis=-1)) * (1 + 1e-12)
+    return np.minimum(value, radius) if radius is not None else value
+
+
+def _P_norm_and_colsum(P_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(bound on ||P||_2, bound on the largest column sum) per box, P_hi (..., N, N) >= P entrywise."""
+    c = np.max(np.sum(P_hi, axis=-2), axis=-1) * (1 + 1e-12)
+    return np.sqrt(c), c
+
+
+def dp_structured_bound(X: Interval, w: _Weights, k: StructuredConstants, radius: float | None = None) -> np.ndarray:
+    """Proven bound on max ||J(X)||_2 over each box X (..., N, D) for DP attention (module docstring)."""
+    dX = token_differences(X)
+    V = _second_moment_bound(X, radius)
+    token_norm = _token_norm(X, radius)
+    N = X.shape[-2]
+    per_head_VO, per_head_V = [], []
+    inv_sqrt_d = 1.0 / math.sqrt(w.d)
+    for h in range(w.H):
+        Q, _, P = dp_scores(X, dX, w, h)
+        Kq = point_einsum_any("...ic,Ec->...iE", Q, w.W_K[h])  # W_K q_i
+        w_from_box = np.sqrt(np.max(np.sum(Kq.mag**2, axis=-1), axis=-1)) * inv_sqrt_d
+        w_max = np.minimum(w_from_box, k.B[h] * token_norm + k.KbQ[h]) * (1 + 1e-12)
+        # |s_il - s_ik| = |w_i . (x_l - x_k)| <= w_max 2 max ||x||
+        P_hi = np.minimum(P.hi, _p_max(N, 2 * w_max * token_norm * (1 + 1e-12))[..., None, None])
+        Pn, c = _P_norm_and_colsum(P_hi)
+        inner = Pn + k.B[h] * V + np.sqrt(V * c) * w_max
+        per_head_VO.append(k.VO[h] * inner)
+        per_head_V.append(k.V[h] * inner)
+    value = np.minimum(sum(per_head_VO), k.O * np.sqrt(sum(b * b for b in per_head_V)))
+    return value * (1 + 1e-9)
+
+
+def l2_structured_bound(
+    X: Interval, w: _Weights, k: StructuredConstants, N: int, radius: float | None = None
+) -> np.ndarray:
+    """Proven bound on max ||J(X)||_2 over each box X (..., N, D) for tied L2 attention (module docstring).
+
+    With every token of norm <= r (box and ball), ||y_i - y_l|| <= 2 r ||W_Q||, which caps ||y_i - y_l||^2,
+    Var_i <= (r ||W_Q||)^2 and every P_il <= 1 / (1 + (N - 1) exp(-s (2 r ||W_Q||)^2)).
+    """
+    dX = token_differences(X)
+    token_norm = _token_norm(X, radius)
+    s = 1.0 / math.sqrt(w.d)
+    lemma = phi_inverse(N - 1) * math.sqrt(w.d) * (1 + 1e-15) if N > 1 else 0.0  # sup of Var_i in y coordinates
+    column_cap = (N - 1) * math.sqrt(w.d) / math.e * (1 + 1e-15)
+    total = 0.0
+    for h in range(w.H):
+        dY, P = l2_scores(dX, w, h)
+        spread = (2 * token_norm * k.Q[h]) ** 2 * (1 + 1e-12)  # >= ||y_i - y_l||^2
+        P_hi = np.minimum(P.hi, _p_max(N, spread * s * (1 + 1e-12))[..., None, None])
+        Pn, _ = _P_norm_and_colsum(P_hi)
+        D2 = np.maximum(isum(dY * dY, axis=-1).hi, 0.0)  # ||y_j - y_k||^2 upper, [..., j, k]
+        D2 = np.minimum(D2, spread[..., None, None])
+        weighted = P_hi * np.swapaxes(D2, -1, -2)  # [i, l] = P_il ||y_l - y_i||^2 (upper)
+        var = np.minimum(np.minimum(np.max(weighted.sum(axis=-1), axis=-1), lemma), (token_norm * k.Q[h]) ** 2)
+        col = np.minimum(np.max(weighted.sum(axis=-2), axis=-1), column_cap)
+        T = np.sqrt(var * col)
+        total = total + s * Pn * k.B[h] + 2 * s * s * (var + T) * k.G[h] * k.Q[h]
+    return total * (1 + 1e-9)
