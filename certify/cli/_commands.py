@@ -4,4 +4,5 @@ COMMANDS: tuple[str, ...] = (
     "_demo",
     "_layer",
     "_experiment",
+    "_proofs",
 )
