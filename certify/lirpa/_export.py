@@ -65,12 +65,33 @@ class LirpaAttention(nn.Module):
             P = torch.softmax(-(difference * difference).sum(-1) * scale, dim=-1)
         return P.matmul(values)
 
-    def forward(self, X: torch.Tensor) -> torch.Tensor:
+    def attend(self, X: torch.Tensor) -> torch.Tensor:
+        """F(X), (B, N, D) -> (B, N, D)."""
         heads = torch.cat([self._head(X, h) for h in range(self.H)], dim=-1)  # (B, N, H d)
         out = heads.matmul(self.W_O)
-        if self.b_O is not None:
-            out = out + self.b_O
-        return out.reshape(X.shape[0], -1)
+        return out if self.b_O is None else out + self.b_O
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        return self.attend(X).reshape(X.shape[0], -1)
+
+
+class LirpaClassifier(nn.Module):
+    """The toy classifier of `certify.experiments` (embedding, attention, mean over tokens, linear) for auto_LiRPA:
+    (B, N, D_in) -> logits (B, C), float64."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        for name in ("embedding", "attention", "head"):
+            if not hasattr(model, name):
+                raise InvalidInputError(f"expected a certify.experiments.ToyClassifier, got {type(model).__name__}")
+        self.W_e = _parameter(model.embedding.weight.T)  # (D_in, D): token x -> x W_e
+        self.attention = LirpaAttention(model.attention)
+        self.W_c = _parameter(model.head.weight.T)  # (D, C)
+        self.b_c = _parameter(model.head.bias)
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        pooled = self.attention.attend(X.matmul(self.W_e)).mean(dim=1)
+        return pooled.matmul(self.W_c) + self.b_c
 
 
 def export_attention(layer: nn.Module | AttentionWeights) -> LirpaAttention:
