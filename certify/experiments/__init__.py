@@ -15,3 +15,4 @@ from ._language_model import (
     train_language_model as train_language_model,
 )
 from ._ptb import CharCorpus as CharCorpus, default_data_dir as default_data_dir, load_ptb as load_ptb, tiny_corpus as tiny_corpus
+from ._classifier import (ClassifierTask as ClassifierTask, ToyClassifier as ToyClassifier, classifier_batch as classifier_batch, load_classifier as load_classifier, save_classifier as save_classifier, train_classifier as train_classifier)
