@@ -5,4 +5,6 @@ COMMANDS: tuple[str, ...] = (
     "_layer",
     "_experiment",
     "_proofs",
+    "_compare",
+    "_tightness",
 )

@@ -22,3 +22,10 @@ from ._radius import (
     largest_certified as largest_certified,
     lipschitz_radius as lipschitz_radius,
 )
+from ._compare import (
+    Comparison as Comparison,
+    RadiusSummary as RadiusSummary,
+    attained_deviation as attained_deviation,
+    compare_classifier as compare_classifier,
+    compare_layer as compare_layer,
+)
