@@ -6,3 +6,6 @@ from ._domains import natural_scale as natural_scale, project as project, starti
 from ._objectives import PowerIteration as PowerIteration, query_output as query_output, row_block as row_block
 from ._search import default_device as default_device, lower_bound as lower_bound
 from ._starts import castin_starts as castin_starts, lemma_starts as lemma_starts
+from ._naive import NaiveResult as NaiveResult, naive_lower_bound as naive_lower_bound
+from ._tightness import CONFIGS as CONFIGS, TightnessRow as TightnessRow, config_weights as config_weights, tightness as tightness
+from ._figure import plot_tightness as plot_tightness

@@ -19,6 +19,7 @@ its value is recomputed in float64 by `attained_norm`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 from typing import Callable
@@ -38,8 +39,15 @@ from ._objectives import PowerIteration, dense_norm, row_inf_norm
 from ._starts import castin_starts, lemma_starts
 
 DENSE_TWO_NORM = 64
+FREE_BATCH_ENTRIES = 2**22  # cap on restarts * (N D)^2 in the free phase, so one step stays short at large N
 CLUSTER_SIZES = (2, 3, 4, 6)
 Objective = Callable[[torch.Tensor], torch.Tensor]
+
+
+@functools.cache
+def _warm_up() -> None:
+    """Construct one Adam optimiser: the first construction in a process imports torch._dynamo (seconds)."""
+    torch.optim.Adam([torch.zeros(1, requires_grad=True)])
 
 
 def default_device() -> torch.device:
@@ -64,6 +72,7 @@ class _Best:
 class _Clock:
     def __init__(self, seconds: float | None, bar: tqdm):
         self.start, self.seconds, self.bar = time.perf_counter(), seconds, bar
+        self.evaluations: dict[str, int] = {}
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
@@ -79,19 +88,31 @@ class _Clock:
 
 def _ascend(params: list[torch.Tensor], objective: Callable[[], torch.Tensor], steps: int, learning_rate: float,
             after_step: Callable[[], None], clock: _Clock, until: float, on_values: Callable[[torch.Tensor], None],
-            best: _Best) -> None:
-    """Projected Adam ascent on objective() (B,) over params, cosine-decayed to 1e-3 of the rate."""
+            best: _Best, phase: str, share: float = 1.0) -> None:
+    """Projected Adam ascent on objective() (B,) over params, cosine-decayed to 1e-3 of the rate.
+
+    The schedule runs on the larger of step/steps and the fraction used of this ascent's time (``share`` of what
+    is left before ``until`` times the budget), so the decay completes before the deadline.
+    """
     optimizer = torch.optim.Adam(params, lr=learning_rate)
-    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, max(steps, 1), eta_min=learning_rate * 1e-3)
+    budget = None if clock.seconds is None else max(until * clock.seconds - clock.elapsed(), 0.0) * share
+    begin = time.perf_counter()
     for step in range(steps + 1):
         values = objective()
         on_values(values.detach())
-        if step == steps or clock.past(until):
+        clock.evaluations[phase] = clock.evaluations.get(phase, 0) + values.shape[0]
+        fraction = step / max(steps, 1)
+        if step == 0:
+            begin = time.perf_counter()  # the first evaluation may include one-off warm-up costs
+        elif budget is not None:
+            fraction = max(fraction, (time.perf_counter() - begin) / budget if budget > 0 else 1.0)
+        if fraction >= 1 or clock.past(until):
             break
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate * (1e-3 + (1 - 1e-3) * (1 + math.cos(math.pi * fraction)) / 2)
         optimizer.zero_grad()
         (-values.sum()).backward()
         optimizer.step()
-        schedule.step()
         with torch.no_grad():
             after_step()
         clock.tick(best)
@@ -118,7 +139,8 @@ def _cluster_phase(w: AttentionWeights, N: int, norm: str, domain: Domain, resta
     """Clustered inputs for K in CLUSTER_SIZES (K < N); returns the best expanded witness for each K."""
     found = []
     scale = natural_scale(w)
-    for K in [K for K in CLUSTER_SIZES if K < N]:
+    sizes = [K for K in CLUSTER_SIZES if K < N]
+    for k, K in enumerate(sizes):
         if clock.past(until):
             break
         c0 = torch.randn(restarts, K, w.D, generator=generator, dtype=torch.float64) * 1.5 * scale
@@ -128,11 +150,12 @@ def _cluster_phase(w: AttentionWeights, N: int, norm: str, domain: Domain, resta
         relaxed = lambda: 1 + (N - K) * torch.softmax(theta, -1)  # noqa: E731
         after = lambda: c.copy_(project(c, domain))  # noqa: E731
         _ascend([c, theta], lambda: cluster_norm(c, relaxed(), w, norm), steps, learning_rate, after, clock,
-                until, lambda v: None, best)
+                until, lambda v: None, best, "clusters", 1 / (2 * (len(sizes) - k)))
         m = round_multiplicities(relaxed().detach(), N)
         local = _Best()
         _ascend([c], lambda: cluster_norm(c, m, w, norm), steps, learning_rate, after, clock, until,
-                lambda v: local.offer(v, c, f"clusters K={K}", m), best)
+                lambda v: local.offer(v, c, f"clusters K={K}", m), best, "clusters",
+                1 / (2 * (len(sizes) - k) - 1))
         if local.X is not None:
             X = expand(local.X, torch.tensor(local.multiplicities))
             best.offer(torch.tensor([local.value], dtype=torch.float64), X[None], local.phase, torch.tensor([local.multiplicities]))
@@ -142,7 +165,7 @@ def _cluster_phase(w: AttentionWeights, N: int, norm: str, domain: Domain, resta
 
 def _free_starts(w64: AttentionWeights, N: int, domain: Domain, restarts: int, generator: torch.Generator,
                  seeds: list[torch.Tensor]) -> torch.Tensor:
-    """Random starts, plus a quarter structured (Lemma for L2, Castin for DP) and the given seed inputs."""
+    """The seed inputs (jittered) first, then a quarter structured (Lemma for L2, Castin for DP), then random."""
     structured = max(1, restarts // 4)
     if w64.kind == "dp":
         special = castin_starts(w64, N, domain, structured, generator)
@@ -153,10 +176,10 @@ def _free_starts(w64: AttentionWeights, N: int, domain: Domain, restarts: int, g
     jittered = [project(X[None] + 0.01 * natural_scale(w64) * torch.randn(X[None].shape, generator=generator,
                                                                                dtype=torch.float64), domain)
                 for X in seeds]
-    parts = [special, *jittered]
+    parts = [*jittered, special]
     rest = restarts - sum(len(p) for p in parts)
     if rest > 0:
-        parts.insert(0, starting_points(w64, N, domain, rest, generator))
+        parts.append(starting_points(w64, N, domain, rest, generator))
     return torch.cat(parts)[: max(restarts, 1)]
 
 
@@ -188,6 +211,7 @@ def lower_bound(weights: AttentionWeights, N: int, norm: str, domain: Domain = G
     if isinstance(domain, EpsBall) and tuple(domain.center.shape) != (N, weights.D):
         raise InvalidInputError(f"the eps-ball centre must have shape {(N, weights.D)}, got "
                                 f"{tuple(domain.center.shape)}")
+    _warm_up()  # a one-off import cost, kept out of the time budget
     device = default_device() if device is None else torch.device(device)
     w64 = weights.to(device="cpu", dtype=torch.float64)
     w = weights.to(dtype, device)
@@ -209,18 +233,19 @@ def lower_bound(weights: AttentionWeights, N: int, norm: str, domain: Domain = G
                  _cluster_phase(w, N, norm, domain, restarts, steps, lr, generator, clock, 0.4, best)]
         phases["clusters"] = best.value
 
+    free_restarts = max(2, min(restarts, FREE_BATCH_ENTRIES // (N * w.D) ** 2))
     rounds = 0
-    while rounds == 0 or (seconds is not None and not clock.past(0.85)):
-        starts = _free_starts(w64, N, domain, restarts, generator, seeds if rounds == 0 else [])
+    while rounds == 0 or (seconds is not None and not clock.past(0.8)):
+        starts = _free_starts(w64, N, domain, free_restarts, generator, seeds if rounds == 0 else [])
         X = starts.to(dtype=dtype, device=device).requires_grad_(True)
         objective = _objective(w, norm, domain, X.shape, generator)
         _ascend([X], lambda: objective(X), steps, lr, lambda: X.copy_(project(X, domain)), clock, 0.85,
-                lambda v: best.offer(v, X, "free"), best)
+                lambda v: best.offer(v, X, "free"), best, "free", 0.5)
         rounds += 1
     phases["free"] = best.value
 
     if best.X is not None and steps > 0 and not clock.past(0.97):
-        count = max(2, min(restarts, 8))
+        count = max(2, min(free_restarts, 8))
         base = best.X.to(device="cpu", dtype=torch.float64)
         noise = torch.randn((count, *base.shape), generator=generator, dtype=torch.float64)
         noise[0] = 0
@@ -228,7 +253,7 @@ def lower_bound(weights: AttentionWeights, N: int, norm: str, domain: Domain = G
         X.requires_grad_(True)
         objective = _objective(w, norm, domain, X.shape, generator)
         _ascend([X], lambda: objective(X), steps, 0.1 * lr, lambda: X.copy_(project(X, domain)), clock, 1.0,
-                lambda v: best.offer(v, X, "polish"), best)
+                lambda v: best.offer(v, X, "polish"), best, "free")
         phases["polish"] = best.value
     bar.close()
 
@@ -240,5 +265,6 @@ def lower_bound(weights: AttentionWeights, N: int, norm: str, domain: Domain = G
         message=f"attained at the stored witness X* ({how})",
         details={"witness": witness.tolist(), "search_value": best.value, "found_in": best.phase,
                  "multiplicities": best.multiplicities, "phases": phases, "restarts": restarts, "steps": steps,
-                 "rounds": rounds, "seed": seed, "device": str(device), "dtype": str(dtype).replace("torch.", "")},
+                 "rounds": rounds, "evaluations": clock.evaluations, "seed": seed, "device": str(device),
+                 "dtype": str(dtype).replace("torch.", "")},
     )

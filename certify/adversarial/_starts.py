@@ -4,7 +4,9 @@
   1 + phi^{-1}(N-1). With d = 1 and z_j = ||y_0 - y_j||^2 this puts token 0 at the origin and the others at
   distance sqrt(1 + W_0((N-1)/e)) along a direction u, on either side: x_j = +-sqrt(1 + W) u / ||V^T u||.
 - DP (Castin, Ablin & Peyre): X = R [u; u/2; ...; u/2] with u the top eigenvector of the symmetric part of
-  A = W^Q W^K^T / sqrt(d), which attains their sqrt(N) order on the ball of radius R.
+  A = W^Q W^K^T / sqrt(d), which attains their sqrt(N) order on the ball of radius R; and Theorem 3.1's
+  X = [0; R u; -R u; ...] (row 0 of the softmax uniform, d f_0 / d x_0 = 1/N + a Var(x), quadratic in R).
+  Every other start is the Theorem 3.1 one.
 """
 
 from __future__ import annotations
@@ -63,10 +65,16 @@ def castin_starts(weights: AttentionWeights, N: int, domain: Domain, count: int,
         radii = [natural_scale(w) * s for s in (1.0, 2.0, 4.0)]
     starts = []
     for k in range(count):
-        u = directions[k % len(directions)] * (1 if (k // len(directions)) % 2 == 0 else -1)
-        R = radii[(k // (2 * len(directions))) % len(radii)]
-        X = (R / 2) * u.repeat(N, 1)
-        X[0] = R * u
+        j = k // 2
+        u = directions[j % len(directions)] * (1 if (j // len(directions)) % 2 == 0 else -1)
+        R = radii[(j // (2 * len(directions))) % len(radii)]
+        if k % 2 == 0:
+            X = (R / 2) * u.repeat(N, 1)
+            X[0] = R * u
+        else:
+            signs = torch.tensor([(-1.0) ** j for j in range(N)], dtype=torch.float64)
+            X = R * signs[:, None] * u[None, :]
+            X[0] = 0
         X = X + 0.01 * R * torch.randn(N, w.D, generator=generator, dtype=torch.float64)
         starts.append(X)
     X = torch.stack(starts)
