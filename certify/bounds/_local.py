@@ -149,6 +149,7 @@ def local_bound(
     sign = symmetric and w64.b_Q is None and w64.b_K is None
 
     # lower bound: given, or adversarial ascent on a share of the budget
+    root = initial_box(domain, N, D)  # validates the domain against (N, D) before any work
     best_lower, witness = 0.0, None
     if lower is None:
         from ..adversarial import lower_bound
@@ -201,7 +202,6 @@ def local_bound(
     stopped = "time"
     popped: list = []
     try:
-        root = initial_box(domain, N, D)
         generator = np.random.default_rng(seed)
         lower_at(generator.uniform(root.lo, root.hi, size=(64, N, D)))
         evaluate([root], [math.inf])

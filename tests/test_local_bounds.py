@@ -1,0 +1,231 @@
+"""Local certified bounds (certify/bounds/_local*.py): enclosures of J over boxes, structured bounds, branch and bound.
+
+Every certified number is checked against ||J(X)|| at inputs in its domain: random points, box corners, the
+adversarial witness. A deliberately narrowed enclosure must be caught.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from problems import layers, random_weights
+
+from certify._domain import Ball, EpsBall, Global
+from certify._errors import CertifyError
+from certify.bounds import castin_bound, paper_bound
+from certify.bounds._local import local_bound
+from certify.bounds._local_domain import initial_box, shrink, split
+from certify.bounds._local_enclosure import jacobian_enclosure, mean_value_enclosure, numpy_weights
+from certify.bounds._local_structured import dp_structured_bound, l2_structured_bound, structured_constants
+from certify.interval import Interval
+from certify.jacobian import jacobian, jacobian_norm
+
+
+def _points_in_box(c: np.ndarray, r: np.ndarray, count: int, seed: int) -> np.ndarray:
+    """Random interior points and random corners of the box c +- r (c, r of shape (N, D))."""
+    rng = np.random.default_rng(seed)
+    inner = c + rng.uniform(-1, 1, (count, *c.shape)) * r
+    corners = c + rng.choice([-1.0, 1.0], (count, *c.shape)) * r
+    return np.concatenate([inner, corners, c[None]])
+
+
+def _box(N: int, D: int, seed: int, width: float) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((N, D)), width * rng.uniform(0, 1, (N, D))
+
+
+# --- enclosures --------------------------------------------------------------------------------------------
+
+
+@settings(max_examples=30)
+@given(layer=layers(max_N=4, max_d=2), seed=st.integers(0, 10_000), width=st.sampled_from([0.0, 1e-3, 0.1, 0.5]))
+def test_enclosures_contain_the_jacobian(layer, seed, width):
+    weights, N = layer
+    nw = numpy_weights(weights)
+    c, r = _box(N, weights.D, seed, width)
+    box = Interval(c - r, c + r)
+    J = jacobian(torch.from_numpy(_points_in_box(c, r, 48, seed)), weights).numpy()
+    for enclosure in (jacobian_enclosure(box, nw), mean_value_enclosure(box, nw)):
+        assert np.all(J >= enclosure.lo) and np.all(J <= enclosure.hi)
+
+
+def test_batched_enclosures_equal_single_ones():
+    weights = random_weights("dp", 2, 2, seed=3, bias=True)
+    nw = numpy_weights(weights)
+    rng = np.random.default_rng(0)
+    c, r = rng.standard_normal((3, 3, 4)), rng.uniform(0, 0.2, (3, 3, 4))
+    batched = mean_value_enclosure(Interval(c - r, c + r), nw)
+    for b in range(3):
+        single = mean_value_enclosure(Interval(c[b] - r[b], c[b] + r[b]), nw)
+        np.testing.assert_array_equal(single.lo, batched.lo[b])
+        np.testing.assert_array_equal(single.hi, batched.hi[b])
+
+
+@pytest.mark.parametrize("kind", ["dp", "l2"])
+def test_a_ten_percent_too_narrow_enclosure_is_caught(kind):
+    """On a small box the mean-value enclosure is nearly tight, so shrinking it by 10% about its centre leaves a
+    box corner outside: the corner that maximises the widest entry (found from the autodiff gradient)."""
+    weights = random_weights(kind, 1, 2, seed=1)
+    nw = numpy_weights(weights)
+    c, r = _box(3, 2, 5, 1e-3)
+    enclosure = mean_value_enclosure(Interval(c - r, c + r), nw)
+    mid, rad = 0.5 * (enclosure.lo + enclosure.hi), 0.5 * (enclosure.hi - enclosure.lo)
+    narrow_hi = mid + 0.9 * rad
+    entry = np.unravel_index(np.argmax(rad), rad.shape)
+    X = torch.from_numpy(c).requires_grad_(True)
+    jacobian(X[None], weights)[(0, *entry)].backward()
+    corner = c + r * np.sign(X.grad.numpy())
+    value = jacobian(torch.from_numpy(corner)[None], weights)[(0, *entry)].item()
+    assert value <= enclosure.hi[entry]  # the true enclosure holds
+    assert value > narrow_hi[entry]  # the narrowed one is caught
+
+
+# --- structured bounds -------------------------------------------------------------------------------------
+
+
+@settings(max_examples=30)
+@given(layer=layers(max_N=4, max_d=2), seed=st.integers(0, 10_000), width=st.sampled_from([1e-3, 0.3, 1.0]))
+def test_structured_bound_holds_on_the_box(layer, seed, width):
+    weights, N = layer
+    nw = numpy_weights(weights)
+    constants = structured_constants(nw)
+    c, r = _box(N, weights.D, seed, width)
+    box = Interval((c - r)[None], (c + r)[None])
+    if weights.kind == "dp":
+        bound = float(dp_structured_bound(box, nw, constants)[0])
+    else:
+        bound = float(l2_structured_bound(box, nw, constants, N)[0])
+    X = torch.from_numpy(_points_in_box(c, r, 48, seed))
+    assert jacobian_norm(jacobian(X, weights), "2").max().item() <= bound
+
+
+# --- domains -----------------------------------------------------------------------------------------------
+
+
+def test_shrinking_keeps_every_point_of_the_ball():
+    rng = np.random.default_rng(0)
+    domain = Ball(1.5)
+    box = initial_box(domain, 3, 2)
+    boxes = [box]
+    for _ in range(6):
+        boxes = [half for b in boxes for half in split(b)]
+    stacked = Interval(np.stack([b.lo for b in boxes]), np.stack([b.hi for b in boxes]))
+    shrunk, keep = shrink(stacked, domain)
+    X = rng.standard_normal((2000, 3, 2))
+    X *= rng.uniform(0, 1.5, (2000, 3, 1)) / np.linalg.norm(X, axis=-1, keepdims=True)
+    for x in X:
+        inside = np.all((stacked.lo <= x) & (x <= stacked.hi), axis=(1, 2))
+        k = int(np.argmax(inside))
+        assert keep[k] and np.all(shrunk.lo[k] <= x) and np.all(x <= shrunk.hi[k])
+
+
+def test_the_symmetries_used_on_balls_hold():
+    """||J(pi X)|| = ||J(X)|| for token permutations; ||J(-X)|| = ||J(X)|| without query/key biases only."""
+    X = torch.randn(4, 3, 4, dtype=torch.float64)
+    perm = torch.tensor([2, 0, 1])
+    for weights in (random_weights("dp", 2, 2, seed=1), random_weights("l2", 1, 4, seed=2)):
+        for norm in ("2", "inf"):
+            base = jacobian_norm(jacobian(X, weights), norm)
+            torch.testing.assert_close(jacobian_norm(jacobian(X[:, perm], weights), norm), base)
+            torch.testing.assert_close(jacobian_norm(jacobian(-X, weights), norm), base)
+    biased = random_weights("dp", 1, 4, seed=4, bias=True, scale=2.0)
+    assert not torch.allclose(jacobian_norm(jacobian(-X, biased), "2"), jacobian_norm(jacobian(X, biased), "2"))
+
+
+# --- the local bound ---------------------------------------------------------------------------------------
+
+
+def _domain_points(domain, N: int, D: int, count: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(count, N, D, generator=g, dtype=torch.float64)
+    if isinstance(domain, Ball):
+        U = torch.rand(count, N, 1, generator=g, dtype=torch.float64)
+        return X / X.norm(dim=-1, keepdim=True) * domain.radius * U ** (1 / D)
+    delta = torch.rand(count, N, D, generator=g, dtype=torch.float64) * 2 - 1
+    if domain.p == "2":
+        delta = delta / delta.flatten(1).norm(dim=1)[:, None, None]
+    return domain.center + domain.eps * delta
+
+
+@settings(max_examples=12)
+@given(
+    layer=layers(max_N=3, max_d=2),
+    norm=st.sampled_from(["2", "inf"]),
+    which=st.sampled_from(["ball", "eps-inf", "eps-2"]),
+    seed=st.integers(0, 1000),
+)
+def test_local_bound_is_above_every_attained_value(layer, norm, which, seed):
+    weights, N = layer
+    D = weights.D
+    if which == "ball":
+        domain = Ball(0.8)
+    else:
+        X0 = torch.randn(N, D, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+        domain = EpsBall(X0, 0.2, "inf" if which == "eps-inf" else "2")
+    cert = local_bound(weights, N, norm, domain, time_budget=3.0, max_boxes=40, sdp_max_size=8, seed=seed)
+    assert cert.certified and cert.kind == "upper" and cert.scope == domain.scope
+    X = _domain_points(domain, N, D, 200, seed)
+    attained = jacobian_norm(jacobian(X, weights), norm).max().item()
+    assert attained <= cert.value
+    assert cert.details["lower"] <= cert.value
+    witness = torch.tensor(cert.details["witness"], dtype=torch.float64)
+    assert jacobian_norm(jacobian(witness[None], weights), norm).item() <= cert.value
+
+
+@pytest.mark.parametrize("kind", ["dp", "l2"])
+def test_small_instances_reach_the_tolerance(kind):
+    weights = random_weights(kind, 1, 1, seed=0)
+    cert = local_bound(weights, 2, "2", Ball(1.0), time_budget=20.0, tolerance=1.02, sdp_max_size=0)
+    assert cert.details["stopped"] == "tolerance"
+    assert cert.value <= 1.02 * cert.details["lower"]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_tighter_than_the_published_bounds(seed):
+    dp = random_weights("dp", 1, 3, seed=seed)
+    ours = local_bound(dp, 3, "2", Ball(1.0), time_budget=2.0, sdp_max_size=0)
+    assert ours.value < castin_bound(dp, 3, 1.0).value
+    l2 = random_weights("l2", 1, 3, seed=seed)
+    ours = local_bound(l2, 3, "2", Ball(1.0), time_budget=2.0, sdp_max_size=0)
+    assert ours.value < paper_bound(l2, 3, "2").value
+
+
+def test_interrupt_keeps_a_valid_bound(monkeypatch):
+    import certify.bounds._local as local
+
+    calls = {"n": 0}
+    real_split = local.split
+
+    def interrupting_split(box):
+        calls["n"] += 1
+        if calls["n"] > 5:
+            raise KeyboardInterrupt
+        return real_split(box)
+
+    monkeypatch.setattr(local, "split", interrupting_split)
+    weights = random_weights("dp", 1, 2, seed=2)
+    cert = local_bound(weights, 3, "2", Ball(1.0), time_budget=5.0, sdp_max_size=0)
+    assert cert.details["stopped"] == "interrupted"
+    X = _domain_points(Ball(1.0), 3, 2, 300, 0)
+    assert jacobian_norm(jacobian(X, weights), "2").max().item() <= cert.value
+
+
+def test_bad_input_is_rejected():
+    dp = random_weights("dp", 1, 2)
+    with pytest.raises(CertifyError, match="Ball"):
+        local_bound(dp, 2, "2", Global())
+    with pytest.raises(CertifyError, match=r"shape \(N, D\) = \(2, 2\)"):
+        local_bound(dp, 2, "2", EpsBall(torch.zeros(3, 2, dtype=torch.float64), 0.1), time_budget=1.0)
+    with pytest.raises(CertifyError, match="time_budget"):
+        local_bound(dp, 2, "2", Ball(1.0), time_budget=0.0)
+    W = torch.randn(1, 2, 2, dtype=torch.float64)
+    from certify.attention import AttentionWeights
+
+    untied = AttentionWeights("l2-untied", W, W + 1, W, torch.eye(2, dtype=torch.float64))
+    with pytest.raises(CertifyError, match="'dp' and 'l2'"):
+        local_bound(untied, 2, "2", Ball(1.0))
