@@ -7,6 +7,8 @@ import math
 import sys
 
 from .._certify import Report
+from ..attention import AttentionWeights
+from ..bounds import dp_witness
 from ..report import format_table, format_value, write_json
 
 
@@ -50,3 +52,13 @@ def write_output(args: argparse.Namespace, obj: object) -> None:
         write_json(args.json, obj)
         if not args.quiet:
             print(f"wrote {args.json}")
+
+
+def witness_sentence(weights: AttentionWeights, N: int, norm: str) -> str:
+    """The Theorem 3.1 witness for this layer as one sentence: ||J(t X0)|| for growing t."""
+    if N < 2:
+        return ""
+    witness = dp_witness(weights, max(N, 2), norm=norm)
+    values = ", ".join(f"{format_value(v)} (t={t:g})" for t, v in zip(witness.scales, witness.norms))
+    return (f"For this layer, at X = t X0 (token 0 at the origin, the others at +-u) ||J||_{norm} = {values}: "
+            f"it grew {witness.growth:.3g}x.")

@@ -6,7 +6,7 @@ import argparse
 
 from .._certify import certify_layer
 from ..experiments import ToyTask, train_toy_layer
-from ._common import add_output_flags, print_report, write_output
+from ._common import add_output_flags, print_report, witness_sentence, write_output
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -33,5 +33,7 @@ def run(args: argparse.Namespace) -> int:
             print_report(report, f"{name}, N = {task.N}, D = {task.D}, H = {task.H}, {norm}-norm, {domain} "
                                  f"(toy test MSE {loss:.4f})")
             reports.append(report.to_json())
+            if kind == "dp":
+                print("Theorem 3.1, outside the ball: " + witness_sentence(layer.attention_weights(), task.N, norm) + "\n")
     write_output(args, {"reports": reports})
     return 0

@@ -6,8 +6,10 @@ import argparse
 
 from .._certify import certify_layer
 from ..attention import load_layer
+from .._errors import NotLipschitzError
 from ..bounds import METHODS
-from ._common import add_output_flags, positive_float, positive_int, print_report, write_output
+from ..bounds._paper import THEOREM_3_1
+from ._common import add_output_flags, positive_float, positive_int, print_report, witness_sentence, write_output
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -32,6 +34,8 @@ def run(args: argparse.Namespace) -> int:
     --radius; so does untied L2 attention.
     """
     layer = load_layer(args.checkpoint, num_heads=args.heads)
+    if args.radius is None and layer.attention_weights().kind == "dp":
+        raise NotLipschitzError(f"{THEOREM_3_1} {witness_sentence(layer.attention_weights(), args.tokens, args.norm)}")
     report = certify_layer(layer, args.tokens, args.norm, radius=args.radius, methods=args.method,
                            lower=not args.no_lower, progress=not args.quiet)
     print_report(report, f"{type(layer).__name__} from {args.checkpoint}, N = {args.tokens}, {args.norm}-norm, "
