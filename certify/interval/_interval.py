@@ -36,14 +36,26 @@ ArrayLike = Union[float, int, np.ndarray]
 
 def round_down(x: np.ndarray) -> np.ndarray:
     """One ulp towards -inf (NaN becomes -inf)."""
-    x = np.asarray(x, dtype=np.float64)
-    return np.where(np.isnan(x), -np.inf, np.nextafter(x, -np.inf))
+    y = np.nextafter(np.asarray(x, dtype=np.float64), -np.inf)
+    if np.isnan(y).any():
+        y = np.where(np.isnan(y), -np.inf, y)
+    return y
 
 
 def round_up(x: np.ndarray) -> np.ndarray:
     """One ulp towards +inf (NaN becomes +inf)."""
-    x = np.asarray(x, dtype=np.float64)
-    return np.where(np.isnan(x), np.inf, np.nextafter(x, np.inf))
+    y = np.nextafter(np.asarray(x, dtype=np.float64), np.inf)
+    if np.isnan(y).any():
+        y = np.where(np.isnan(y), np.inf, y)
+    return y
+
+
+def _raw(lo: np.ndarray, hi: np.ndarray) -> "Interval":
+    """Internal constructor without validation (for results of outward-rounded operations)."""
+    out = object.__new__(Interval)
+    object.__setattr__(out, "lo", lo)
+    object.__setattr__(out, "hi", hi)
+    return out
 
 
 @dataclass(frozen=True)
@@ -110,30 +122,30 @@ class Interval:
         return (self.lo <= x) & (x <= self.hi)
 
     def __getitem__(self, key) -> "Interval":
-        return Interval(self.lo[key], self.hi[key])
+        return _raw(self.lo[key], self.hi[key])
 
     def reshape(self, *shape) -> "Interval":
-        return Interval(self.lo.reshape(*shape), self.hi.reshape(*shape))
+        return _raw(self.lo.reshape(*shape), self.hi.reshape(*shape))
 
     def swapaxes(self, a: int, b: int) -> "Interval":
         return Interval(np.swapaxes(self.lo, a, b), np.swapaxes(self.hi, a, b))
 
     def expand(self, axis: int) -> "Interval":
-        return Interval(np.expand_dims(self.lo, axis), np.expand_dims(self.hi, axis))
+        return _raw(np.expand_dims(self.lo, axis), np.expand_dims(self.hi, axis))
 
     # -- arithmetic ---------------------------------------------------------------------------------------------
     def __neg__(self) -> "Interval":
-        return Interval(-self.hi, -self.lo)
+        return _raw(-self.hi, -self.lo)
 
     def __add__(self, other) -> "Interval":
         o = as_interval(other)
-        return Interval(round_down(self.lo + o.lo), round_up(self.hi + o.hi))
+        return _raw(round_down(self.lo + o.lo), round_up(self.hi + o.hi))
 
     __radd__ = __add__
 
     def __sub__(self, other) -> "Interval":
         o = as_interval(other)
-        return Interval(round_down(self.lo - o.hi), round_up(self.hi - o.lo))
+        return _raw(round_down(self.lo - o.hi), round_up(self.hi - o.lo))
 
     def __rsub__(self, other) -> "Interval":
         return as_interval(other) - self
@@ -141,10 +153,10 @@ class Interval:
     def __mul__(self, other) -> "Interval":
         o = as_interval(other)
         with np.errstate(invalid="ignore", over="ignore"):
-            p = np.stack(np.broadcast_arrays(self.lo * o.lo, self.lo * o.hi, self.hi * o.lo, self.hi * o.hi))
-        lo = np.where(np.isnan(p).any(axis=0), -np.inf, p.min(axis=0))
-        hi = np.where(np.isnan(p).any(axis=0), np.inf, p.max(axis=0))
-        return Interval(round_down(lo), round_up(hi))
+            p1, p2, p3, p4 = self.lo * o.lo, self.lo * o.hi, self.hi * o.lo, self.hi * o.hi
+            lo = np.minimum(np.minimum(p1, p2), np.minimum(p3, p4))  # np.minimum propagates NaN
+            hi = np.maximum(np.maximum(p1, p2), np.maximum(p3, p4))
+        return _raw(round_down(lo), round_up(hi))
 
     __rmul__ = __mul__
 
@@ -211,7 +223,7 @@ def _sum_bound(a: np.ndarray, axis, down: bool) -> np.ndarray:
 
 def isum(x: Interval, axis=None) -> Interval:
     """Sum along ``axis`` (int, tuple or None) with the stated 4 n u sum|x| margin, then one ulp outward."""
-    return Interval(_sum_bound(x.lo, axis, True), _sum_bound(x.hi, axis, False))
+    return _raw(_sum_bound(x.lo, axis, True), _sum_bound(x.hi, axis, False))
 
 
 def hull(a: Interval, b: Interval) -> Interval:

@@ -1,0 +1,168 @@
+"""Certified global bound on c_p(N, d) = sup_Y ||M(Y)||_p by branch and bound (MATH.md sections 2 and 7).
+
+M(Y) is the L2 core Jacobian (MATH.md section 2); c_p(N, d) bounds every tied L2 head of width d through the
+factorisation Lip_p(F) <= ||[G_1 ... G_H]|| c_p(N, d) ||[V_1 ... V_H]|| (``factorised_bound``).
+
+Theorem used (proof: ``proofs/tail_bound.py``; ``_global_l2_tail``): for r >= 1,
+
+    c_p(N, d) <= max( sup_{Y r-connected} ||M(Y)||_p ,  max_{1 <= s < N} c_p(s, d) + eps_p(r, N, d) ).
+
+The first term is bounded by branch and bound over a domain of r-connected configurations modulo symmetry
+(``_global_l2_domain``): each box gets the mean-value / vertex bound of ``_global_l2_mvf`` (outward rounded), or,
+when every configuration in it splits into groups at distance >= r_box >= 1 (``bottleneck_distance``), the tail
+bound max_s c_p(s) + eps_p(r_box); boxes with r_box >= r are covered by the second term. A box whose bound is at most
+(1 + tol) times the best lower bound is closed, the others are bisected along the coordinate with the largest
+first-order influence h_l ||dM/dtheta_l||. The certified value is the maximum over closed boxes, open boxes (their
+parent's bound, when the time budget ends first) and the tail term. The lower bound is ||M(Y)||_p at a stored
+witness Y, recomputed in float64.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import interval as iv
+from ._global_l2_domain import Domain, bottleneck_distance, free_plane_domain, gap_domain, plane_domain
+from ._global_l2_enclosure import Parametrisation
+from ._global_l2_lower import core_norm, search_lower
+from ._global_l2_mvf import box_bounds
+from ._global_l2_tail import tail_bound, tail_bound_lookup, tail_bound_table
+
+DEFAULT_R = 3.5
+
+
+@dataclass(frozen=True)
+class GlobalL2Result:
+    """Outcome of ``global_l2_constant``: ``upper`` is certified (rounded up) when ``complete`` or not; it is
+    always a valid upper bound. ``complete`` says whether every box was closed below (1 + tol) * lower."""
+
+    N: int
+    d: int
+    norm: str
+    upper: float
+    lower: float
+    witness: np.ndarray
+    seconds: float
+    boxes: int
+    complete: bool
+    r: float
+    tail: float
+    method: str
+    details: dict = field(default_factory=dict)
+
+    @property
+    def ratio(self) -> float:
+        return self.upper / self.lower
+
+
+def domain(N: int, d: int, norm: str, r: float) -> Domain:
+    """The search domain for (N, d, norm); see ``_global_l2_domain``."""
+    if d == 1:
+        return gap_domain(N, r)
+    if d == 2 and norm == "2":
+        return plane_domain(N, r)
+    if d == 2 and norm == "inf":
+        return free_plane_domain(N, r)
+    raise ValueError(f"global branch and bound is implemented for d in (1, 2), got d = {d}")
+
+
+def global_l2_constant(N: int, d: int, norm: str, *, r: float = DEFAULT_R, tol: float = 0.005,
+                       time_budget: float = 600.0, smaller: dict[int, float] | None = None, batch: int = 256,
+                       lower_restarts: int = 24, seed: int = 0,
+                       progress: Callable[[str], None] | None = None) -> GlobalL2Result:
+    """Certified upper bound (and attained lower bound) on c_p(N, d) = sup_Y ||M(Y)||_p.
+
+    ``smaller`` maps s -> a certified upper bound on c_p(s, d) for 2 <= s < N (c_p(1, d) = 1); missing entries
+    are computed recursively with the same settings. ``time_budget`` is in seconds of wall time for this N.
+    """
+    if norm not in ("2", "inf"):
+        raise ValueError(f"norm must be '2' or 'inf', got {norm!r}")
+    if not (isinstance(N, int) and N >= 2):
+        raise ValueError(f"N must be an integer >= 2, got {N!r}")
+    start = time.perf_counter()
+    smaller = dict(smaller or {})
+    smaller[1] = 1.0
+    for s in range(2, N):
+        if s not in smaller:
+            smaller[s] = global_l2_constant(s, d, norm, r=r, tol=tol, time_budget=time_budget, smaller=smaller,
+                                            batch=batch, seed=seed).upper
+    best_smaller = max(smaller[s] for s in range(1, N))
+    eps = tail_bound(r, N, d, norm)
+    tail_total = float(iv.round_up(np.array(best_smaller + eps)))
+    dom = domain(N, d, norm, r)
+    par = dom.par
+
+    lower, witness = search_lower(N, d, norm, restarts=lower_restarts, seed=seed)
+    table = tail_bound_table(N, d, norm, r)
+    # open boxes, processed best first (largest bound first), so that the certified value falls steadily
+    open_lo, open_hi, open_ub = dom.lo[None].copy(), dom.hi[None].copy(), np.array([np.inf])
+    closed_max = -np.inf
+    boxes = 0
+    last_report = start
+    timed_out = False
+    while open_lo.shape[0]:
+        if time.perf_counter() - start > time_budget:
+            timed_out = True
+            break
+        if open_lo.shape[0] > batch:
+            top = np.argpartition(-open_ub, batch)[:batch]
+            rest = np.ones(open_lo.shape[0], dtype=bool)
+            rest[top] = False
+            lo, hi, parent_ub = open_lo[top], open_hi[top], open_ub[top]
+            open_lo, open_hi, open_ub = open_lo[rest], open_hi[rest], open_ub[rest]
+        else:
+            lo, hi, parent_ub = open_lo, open_hi, open_ub
+            open_lo, open_hi, open_ub = open_lo[:0], open_hi[:0], open_ub[:0]
+        keep = ~dom.symmetry_drop(lo, hi)
+        r_box = bottleneck_distance(par, lo, hi)
+        keep &= r_box < r  # not r-connected anywhere: covered by the tail term
+        lo, hi, parent_ub, r_box = lo[keep], hi[keep], parent_ub[keep], r_box[keep]
+        if lo.shape[0] == 0:
+            continue
+        ub, centre_norm, scores = box_bounds(lo, hi, par, norm)
+        boxes += lo.shape[0]
+        ub = np.minimum(ub, parent_ub)
+        # every configuration of the box splits into groups at distance >= r_box: tail bound with r_box
+        split_tail = iv.round_up(best_smaller + tail_bound_lookup(table, r_box))
+        ub = np.minimum(ub, split_tail)
+        k_best = int(np.argmax(centre_norm))
+        if centre_norm[k_best] > lower:
+            Yc = par.points((0.5 * lo[k_best] + 0.5 * hi[k_best])[None])[0]
+            value = core_norm(Yc, norm)
+            if value > lower:
+                lower, witness = value, Yc - Yc[0]
+        threshold = lower * (1.0 + tol)
+        done = ub <= threshold
+        if done.any():
+            closed_max = max(closed_max, float(ub[done].max()))
+        lo, hi, ub, scores = lo[~done], hi[~done], ub[~done], scores[~done]
+        if lo.shape[0]:
+            axis = np.argmax(scores * (hi - lo > 0), axis=1)
+            rows = np.arange(lo.shape[0])
+            midpoint = 0.5 * lo[rows, axis] + 0.5 * hi[rows, axis]
+            hi_left, lo_right = hi.copy(), lo.copy()
+            hi_left[rows, axis] = midpoint
+            lo_right[rows, axis] = midpoint
+            open_lo = np.concatenate([open_lo, lo, lo_right])
+            open_hi = np.concatenate([open_hi, hi_left, hi])
+            open_ub = np.concatenate([open_ub, ub, ub])
+        if progress is not None and time.perf_counter() - last_report > 10.0:
+            last_report = time.perf_counter()
+            open_max = float(open_ub.max()) if open_ub.size else -np.inf
+            progress(f"N={N} d={d} p={norm}: {boxes} boxes, {open_ub.size} open, lower {lower:.6f}, "
+                     f"closed max {closed_max:.6f}, open max {open_max:.6f}, {time.perf_counter() - start:.0f} s")
+    open_max = float(open_ub.max()) if open_ub.size else -np.inf
+    upper = max(closed_max, open_max, tail_total)
+    lower = core_norm(witness, norm)
+    seconds = time.perf_counter() - start
+    method = (f"branch and bound, mean-value form with vertex enumeration, outward-rounded intervals; "
+              f"tail bound r = {r}; {dom.description}")
+    return GlobalL2Result(N=N, d=d, norm=norm, upper=float(upper), lower=float(lower), witness=witness,
+                          seconds=seconds, boxes=boxes, complete=not timed_out, r=r, tail=tail_total,
+                          method=method, details={"closed_max": closed_max, "open_max": open_max,
+                                                  "eps": eps, "smaller": dict(smaller), "tol": tol})
