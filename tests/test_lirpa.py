@@ -147,7 +147,7 @@ def test_wrong_or_missing_version_is_a_clear_error(monkeypatch):
 
     monkeypatch.undo()
     monkeypatch.setattr(_compat.importlib.metadata, "version", missing)
-    with pytest.raises(lirpa.LirpaUnavailableError, match="not installed: pip install --no-deps auto-lirpa==0.3"):
+    with pytest.raises(lirpa.LirpaUnavailableError, match=r"not installed: pip install --no-deps auto-lirpa==0\.3 && pip install appdirs"):
         _compat._installed_version()
     assert issubclass(lirpa.LirpaUnavailableError, CertifyError)
 

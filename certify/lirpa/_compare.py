@@ -4,7 +4,7 @@
 max over {||vec(X - X0)||_p <= eps} of ||vec(F(X) - F(X0))||_p (the output deviation):
 
 - ``IBP``, ``CROWN``: from auto_LiRPA's output box (`OutputBounds.deviation`); no Lipschitz constant;
-- ``auto_LiRPA-CROWN-Jacobian``: L = the Lip_p bound of the CROWN enclosure of J over the ball; deviation L eps;
+- ``auto_LiRPA-CROWN-Jacobian`` (or IBP): L = the Lip_p bound of the CROWN (IBP) enclosure of J over the ball; deviation L eps;
 - ``ours local``: L = `local_bound` (branch and bound, certified) on the same ball; deviation L eps;
 - ``ours global``: L = min(factorised, Theorem 3.2) for tied L2 over R^{N x D}; Castin et al. on the token ball
   ||x_i|| <= max_i ||x0_i|| + eps (p = 2) or + sqrt(D) eps (p = inf) for dot-product attention; deviation L eps;
@@ -97,15 +97,20 @@ def global_lipschitz(weights: AttentionWeights, X0: torch.Tensor, eps: float, p:
 
 
 def compare_layer(layer: nn.Module | AttentionWeights, X0: torch.Tensor, eps: float, p: str = "inf",
-                  time_budget: float = 5.0, norm2: str = "sdp", chunk: int | None = None) -> list[Comparison]:
-    """All methods on the ball {||vec(X - X0)||_p <= eps} (module docstring); p is also the output norm."""
+                  time_budget: float = 5.0, norm2: str = "sdp", chunk: int | None = None,
+                  jacobian_method: str = "CROWN") -> list[Comparison]:
+    """All methods on the ball {||vec(X - X0)||_p <= eps} (module docstring); p is also the output norm.
+
+    ``time_budget``: seconds for our branch and bound (and the SDP time limit); ``norm2``: the `certify.sdp`
+    method for 2-norms of the auto_LiRPA enclosure; ``jacobian_method``: "CROWN" or "IBP" for that enclosure.
+    """
     from ..bounds._local import local_bound
 
     X0 = check_ball(X0, eps, p)
     weights = as_weights(layer).to(torch.float64)
     rows = [Comparison(b.method, eps, p, None, b.deviation(p), False, b.seconds)
             for b in output_bounds(weights, X0, eps, p)]
-    lirpa = lirpa_lipschitz(weights, X0, eps, p, p, "CROWN", norm2=norm2, chunk=chunk, time_limit=time_budget)
+    lirpa = lirpa_lipschitz(weights, X0, eps, p, p, jacobian_method, norm2=norm2, chunk=chunk, time_limit=time_budget)
     rows.append(Comparison(lirpa.method, eps, p, lirpa.value, round_up(lirpa.value * eps), False, lirpa.seconds))
     ours = local_bound(weights, X0.shape[0], p, EpsBall(X0, eps, p), time_budget=time_budget)
     rows.append(Comparison("ours local", eps, p, ours.value, round_up(ours.value * eps), True, ours.seconds))

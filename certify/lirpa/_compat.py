@@ -37,7 +37,7 @@ import torch
 from .._errors import CertifyError
 
 REQUIRED_VERSION = "0.3"
-INSTALL = f"pip install --no-deps auto-lirpa=={REQUIRED_VERSION} appdirs pyyaml packaging"
+INSTALL = f"pip install --no-deps auto-lirpa=={REQUIRED_VERSION} && pip install appdirs tqdm"
 
 
 class LirpaUnavailableError(CertifyError):
