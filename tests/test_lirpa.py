@@ -54,6 +54,12 @@ def mha_layer(D: int = 4, H: int = 2, seed: int = 0) -> torch.nn.MultiheadAttent
     return torch.nn.MultiheadAttention(D, H, batch_first=True, dtype=F64)
 
 
+def weights_of(layer) -> AttentionWeights:
+    if isinstance(layer, torch.nn.MultiheadAttention):
+        return from_torch_multihead_attention(layer).attention_weights()
+    return layer.attention_weights()
+
+
 def centre(N: int, D: int, seed: int = 0) -> torch.Tensor:
     return torch.randn(N, D, generator=torch.Generator().manual_seed(100 + seed), dtype=F64)
 
@@ -147,7 +153,8 @@ def test_wrong_or_missing_version_is_a_clear_error(monkeypatch):
 
     monkeypatch.undo()
     monkeypatch.setattr(_compat.importlib.metadata, "version", missing)
-    with pytest.raises(lirpa.LirpaUnavailableError, match=r"not installed: pip install --no-deps auto-lirpa==0\.3 && pip install appdirs"):
+    expected = r"not installed: pip install --no-deps auto-lirpa==0\.3 && pip install appdirs"
+    with pytest.raises(lirpa.LirpaUnavailableError, match=expected):
         _compat._installed_version()
     assert issubclass(lirpa.LirpaUnavailableError, CertifyError)
 
@@ -198,7 +205,7 @@ def test_export_rejects_what_it_cannot_bound():
 def test_output_bounds_contain_samples_and_pgd(make, p):
     layer = make()
     weights = lirpa.export_attention(layer)  # also checks the MHA import path
-    w = layer.attention_weights() if hasattr(layer, "attention_weights") else from_torch_multihead_attention(layer).attention_weights()
+    w = weights_of(layer)
     X0 = centre(3, 4, seed=1)
     for eps in (0.02, 0.2):
         ibp, crown = lirpa.output_bounds(layer, X0, eps, p)
@@ -255,7 +262,7 @@ def test_reducemax_bug_is_unsound_without_the_fix_and_sound_with_it():
 @pytest.mark.parametrize("make", [dp_layer, l2_layer, mha_layer])
 def test_jvp_module_gives_the_jacobian_columns(make):
     layer = make()
-    w = layer.attention_weights() if hasattr(layer, "attention_weights") else from_torch_multihead_attention(layer).attention_weights()
+    w = weights_of(layer)
     N, D = 3, 4
     X = centre(N, D, seed=4)
     module = lirpa.AttentionJVP(w)
@@ -275,7 +282,7 @@ def test_jvp_refuses_untied_l2():
 @pytest.mark.parametrize("make,p", [(dp_layer, "inf"), (l2_layer, "2"), (mha_layer, "inf")])
 def test_jacobian_enclosure_is_sound_and_chunk_invariant(make, p):
     layer = make()
-    w = layer.attention_weights() if hasattr(layer, "attention_weights") else from_torch_multihead_attention(layer).attention_weights()
+    w = weights_of(layer)
     X0, eps = centre(3, 4, seed=5), 0.05
     full = lirpa.jacobian_bounds(w, X0, eps, p, "CROWN")
     chunked = lirpa.jacobian_bounds(w, X0, eps, p, "CROWN", chunk=5)

@@ -132,8 +132,9 @@ def read_checkpoint(path: str | os.PathLike) -> dict:
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, zipfile.BadZipFile, RuntimeError, EOFError, OSError, ValueError) as error:
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise CheckpointError(f"cannot read checkpoint {str(path)!r} as a torch file with weights only: "
-                              f"{str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__}") from None
+                              f"{first_line}") from None
     if not isinstance(payload, dict):
         raise CheckpointError(f"checkpoint {str(path)!r} holds a {type(payload).__name__}, not a dict")
     return payload

@@ -13,7 +13,11 @@ from ._compat import (
 )
 from ._bounds import OutputBounds as OutputBounds, output_bounds as output_bounds
 from ._export import LirpaAttention as LirpaAttention, export_attention as export_attention
-from ._jacobian import JacobianBounds as JacobianBounds, jacobian_bounds as jacobian_bounds, lirpa_lipschitz as lirpa_lipschitz
+from ._jacobian import (
+    JacobianBounds as JacobianBounds,
+    jacobian_bounds as jacobian_bounds,
+    lirpa_lipschitz as lirpa_lipschitz,
+)
 from ._jvp import AttentionJVP as AttentionJVP, jacobian_directions as jacobian_directions
 from ._export import LirpaClassifier as LirpaClassifier
 from ._radius import (

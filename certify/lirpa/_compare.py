@@ -4,7 +4,8 @@
 max over {||vec(X - X0)||_p <= eps} of ||vec(F(X) - F(X0))||_p (the output deviation):
 
 - ``IBP``, ``CROWN``: from auto_LiRPA's output box (`OutputBounds.deviation`); no Lipschitz constant;
-- ``auto_LiRPA-CROWN-Jacobian`` (or IBP): L = the Lip_p bound of the CROWN (IBP) enclosure of J over the ball; deviation L eps;
+- ``auto_LiRPA-CROWN-Jacobian`` (or IBP): L = the Lip_p bound of the CROWN (IBP) enclosure of J over the
+  ball; deviation L eps;
 - ``ours local``: L = `local_bound` (branch and bound, certified) on the same ball; deviation L eps;
 - ``ours global``: L = min(factorised, Theorem 3.2) for tied L2 over R^{N x D}; Castin et al. on the token ball
   ||x_i|| <= max_i ||x0_i|| + eps (p = 2) or + sqrt(D) eps (p = inf) for dot-product attention; deviation L eps;
@@ -75,7 +76,10 @@ def attained_deviation(weights: AttentionWeights, X0: torch.Tensor, eps: float, 
         objective = gap.abs().amax(1) if p == "inf" else gap.norm(dim=1)
         (grad,) = torch.autograd.grad(objective.sum(), X)
         with torch.no_grad():
-            direction = grad.sign() if p == "inf" else grad / grad.flatten(1).norm(dim=1).clamp_min(1e-300)[:, None, None]
+            if p == "inf":
+                direction = grad.sign()
+            else:
+                direction = grad / grad.flatten(1).norm(dim=1).clamp_min(1e-300)[:, None, None]
             X = _project(X + step * direction, X0, eps, p)
         step *= 0.96
     with torch.no_grad():
