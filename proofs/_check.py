@@ -69,3 +69,23 @@ def fact(ok: bool, what: str) -> Check:
 def numeric(ok: bool, what: str) -> Check:
     """A numeric fact (evidence must state samples or the interval method): CHECKED if ok, else FAILED."""
     return (Status.CHECKED if ok else Status.FAILED), what
+
+
+def matrix_identity(difference: sp.Matrix, proved: bool, what: str, points: int = 3, seed: int = 0) -> Check:
+    """A matrix identity `difference == 0`: PROVED if `proved` (SymPy's exact zero test passed); otherwise
+    evaluated at `points` random rational points with 30 digits: FAILED with the point if it is not ~0 there,
+    CHECKED (stating the points) if it is."""
+    if proved:
+        return Status.PROVED, f"{what}: difference is identically 0"
+    symbols = sorted(difference.free_symbols, key=sp.default_sort_key)
+    rng = np.random.default_rng(seed)
+    worst = 0.0
+    for _ in range(points):
+        point = {s: sp.Rational(int(rng.integers(-20, 21)), int(rng.integers(5, 15))) for s in symbols}
+        value = max(abs(complex(v)) for v in difference.subs(point).evalf(30))
+        worst = max(worst, value)
+        if value > 1e-20:
+            shown = ", ".join(f"{s}={v}" for s, v in list(point.items())[:8])
+            return Status.FAILED, f"{what}: difference is {value:.3g} at {{{shown}{', ...' if len(point) > 8 else ''}}}"
+    return Status.CHECKED, (f"{what}: SymPy did not prove it; |difference| <= {worst:.2g} at {points} random rational "
+                            "points (30 digits)")

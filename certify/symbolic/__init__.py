@@ -19,6 +19,7 @@ from ._jacobians import block as block
 from ._jacobians import core_closed_form as core_closed_form
 from ._jacobians import differentiate as differentiate
 from ._jacobians import dp_closed_form as dp_closed_form
+from ._jacobians import from_blocks as from_blocks
 from ._jacobians import generalise_exponentials as generalise_exponentials
 from ._jacobians import is_zero_rational as is_zero_rational
 from ._jacobians import l2_closed_form as l2_closed_form
