@@ -28,15 +28,15 @@ def dot_product_jacobian(X: torch.Tensor, weights: AttentionWeights) -> torch.Te
     V = _heads(X, weights.W_V, weights.b_V)
     P = torch.softmax(Q @ K.transpose(-1, -2) / math.sqrt(weights.d), dim=-1)  # (B, H, N, N)
     vbar = P @ V
-    J = X.new_zeros(B, N, D, N, D)
-    eye = torch.eye(N, dtype=X.dtype, device=X.device)
-    for h in range(weights.H):
-        W_Oh = weights.W_O_head(h)  # (d, D): F_i = sum_h W_Oh^T f^h_i
-        # C[b, i, l, :] = P_il (v_l - vbar_i), mapped to the output: OC = W_Oh^T C
-        C = P[:, h, :, :, None] * (V[:, h, None, :, :] - vbar[:, h, :, None, :])  # (B, N, N, d)
-        OC = C @ W_Oh  # (B, N, N, D)
-        value_term = torch.einsum("bil,aF,Ea->biFlE", P[:, h], W_Oh, weights.W_V[h])
-        diagonal = torch.einsum("bilF,blc,Ec->biFE", OC, K[:, h], weights.W_Q[h]) / math.sqrt(weights.d)
-        cross = torch.einsum("bilF,bic,Ec->biFlE", OC, Q[:, h], weights.W_K[h]) / math.sqrt(weights.d)
-        J += value_term + cross + torch.einsum("biFE,il->biFlE", diagonal, eye)
-    return J
+    H, scale = weights.H, 1 / math.sqrt(weights.d)
+    W_O = weights.W_O.reshape(H, weights.d, D)  # W_O[h] = W^O_h, F_i = sum_h W^O_h^T f^h_i
+    # OC[b, i, l, :, h] = W^O_h^T P_il (v_l - vbar_i) / sqrt(d), the output image of C_i[:, l]
+    OC = torch.einsum("bhil,bhila,haF->bilFh", scale * P, V[:, :, None, :, :] - vbar[:, :, :, None, :], W_O)
+    query = (Q @ weights.W_K.transpose(1, 2)).permute(0, 2, 1, 3)  # (B, N, H, D): W^K_h q_i
+    value_map = (weights.W_V @ W_O).transpose(1, 2).reshape(H, D * D)  # W^O_h^T W^V_h^T
+    blocks = (P.permute(0, 2, 3, 1) @ value_map).reshape(B * N * N, D, D)  # [b, i, l] = J_il
+    blocks.baddbmm_(OC.reshape(-1, D, H), query[:, :, None].expand(B, N, N, H, D).reshape(-1, H, D))
+    blocks = blocks.reshape(B, N, N, D, D)
+    index = torch.arange(N, device=X.device)
+    blocks[:, index, index] += torch.einsum("bilFh,bhlc,hEc->biFE", OC, K, weights.W_Q)
+    return blocks.permute(0, 1, 3, 2, 4).contiguous()

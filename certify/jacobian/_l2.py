@@ -27,6 +27,11 @@ def l2_core_jacobian(Y: torch.Tensor) -> torch.Tensor:
         Y = Y.unsqueeze(0)
     if Y.ndim != 3:
         raise ValueError(f"Y must have shape (B, N, d), got {tuple(Y.shape)}")
+    return core_blocks(Y).permute(0, 1, 3, 2, 4)
+
+
+def core_blocks(Y: torch.Tensor) -> torch.Tensor:
+    """M(Y) as blocks: [b, i, j] = M_ij, shape (B, N, N, d, d)."""
     B, N, d = Y.shape
     P = l2_scores(Y, Y)  # (B, N, N)
     ybar = P @ Y  # (B, N, d)
@@ -38,7 +43,7 @@ def l2_core_jacobian(Y: torch.Tensor) -> torch.Tensor:
     M = M + P[..., None, None] * eye_d
     index = torch.arange(N, device=Y.device)
     M[:, index, index] += 2 * covariance
-    return M.permute(0, 1, 3, 2, 4)
+    return M
 
 
 def l2_factors(weights: AttentionWeights) -> tuple[torch.Tensor, torch.Tensor]:
@@ -52,11 +57,31 @@ def l2_factors(weights: AttentionWeights) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def l2_jacobian(X: torch.Tensor, weights: AttentionWeights) -> torch.Tensor:
-    """J[b, i, :, j, :] = d F_i / d x_j for tied L2 attention, X (B, N, D); returns (B, N, D, N, D)."""
+    """J[b, i, :, j, :] = d F_i / d x_j for tied L2 attention, X (B, N, D); returns (B, N, D, N, D).
+
+    Assembled block by block without forming M: with a^h_ij = 2 P^h_ij G_h (y_j - ybar_i) and
+    b^h_ij = V_h (y_i - y_j),
+
+        J_ij = sum_h P^h_ij G_h V_h^T + [a^1_ij ... a^H_ij][b^1_ij ... b^H_ij]^T + 2 delta_ij sum_h G_h Cov^h_i V_h^T,
+
+    one matrix product for the first term and one batched rank-H product for the second: the cost is that of
+    writing J, O(N^2 D^2), whatever H.
+    """
     X = check_input(X, weights)
     G, V = l2_factors(weights)
     Y = projected_points(X, weights)  # (B, H, N, d)
-    J = X.new_zeros(X.shape[0], X.shape[1], weights.D, X.shape[1], weights.D)
-    for h in range(weights.H):
-        J += torch.einsum("Fa,biajc,Ec->biFjE", G[h], l2_core_jacobian(Y[:, h]), V[h])
-    return J
+    B, N, D, H = X.shape[0], X.shape[1], weights.D, weights.H
+    P = l2_scores(Y, Y)  # (B, H, N, N)
+    ybar = P @ Y
+    from_mean = Y[:, :, None, :, :] - ybar[:, :, :, None, :]  # [b, h, i, j] = y_j - ybar_i
+    from_token = Y[:, :, :, None, :] - Y[:, :, None, :, :]  # [b, h, i, j] = y_i - y_j
+    a = torch.einsum("bhij,bhija,hFa->bijFh", 2 * P, from_mean, G)  # (B, N, N, D, H)
+    b = torch.einsum("bhija,hEa->bijhE", from_token, V)  # (B, N, N, H, D)
+    GV = (G @ V.transpose(1, 2)).reshape(H, D * D)
+    blocks = (P.permute(0, 2, 3, 1) @ GV).reshape(B * N * N, D, D)  # [b, i, j] = J_ij
+    blocks.baddbmm_(a.reshape(-1, D, H), b.reshape(-1, H, D))
+    blocks = blocks.reshape(B, N, N, D, D)
+    covariance = torch.einsum("bhik,bhika,bhikc->bhiac", P, from_mean, from_mean)
+    index = torch.arange(N, device=X.device)
+    blocks[:, index, index] += 2 * torch.einsum("hFa,bhiac,hEc->biFE", G, covariance, V)
+    return blocks.permute(0, 1, 3, 2, 4).contiguous()
