@@ -93,6 +93,7 @@ def run_lm(args: argparse.Namespace) -> int:
         run = lm_experiment(corpus, config, args.minutes, test_chars=args.test_chars, lower_steps=args.lower_steps,
                             callback=callback, **_train_options(args))
         runs.append(run)
+        write_output(args, {"experiment": "lm", "corpus": corpus.description, "runs": runs, "complete": False})
         if "certificates" in run:
             print(f"{attention}: certificates of each attention layer on N = {args.context} tokens "
                   "(attention map without the causal mask)")
@@ -102,7 +103,7 @@ def run_lm(args: argparse.Namespace) -> int:
     print(format_rows(("attention", "layers", "parameters", "minutes", "steps", "train bpc", "test bpc", "diverged"),
                       [(r["attention"], r["layers"], r["parameters"], _fmt(r["minutes"]), r["steps"],
                         _fmt(r["train_bpc"]), _fmt(r["test_bpc"]), "yes" if r["diverged"] else "no") for r in runs]))
-    write_output(args, {"experiment": "lm", "corpus": corpus.description, "runs": runs})
+    write_output(args, {"experiment": "lm", "corpus": corpus.description, "runs": runs, "complete": True})
     return 0
 
 
@@ -113,9 +114,17 @@ def run_stability(args: argparse.Namespace) -> int:
     """
     torch.set_num_threads(args.threads)
     corpus = _corpus(args)
-    callback = None if args.quiet else (lambda r: print(
-        f"  depth {r['layers']:>2}  {r['attention']:<15} steps {r['steps']:>6}  train {_fmt(r['train_bpc'])}  "
-        f"valid {_fmt(r['valid_bpc'])}  diverged {'yes' if r['diverged'] else 'no'}", flush=True))
+    done: list[dict] = []
+
+    def callback(r: dict) -> None:
+        done.append(r)
+        write_output(args, {"experiment": "stability", "corpus": corpus.description, "learning_rate": args.lr,
+                            "minutes_per_run": args.minutes, "runs": done, "complete": False})
+        if not args.quiet:
+            print(f"  depth {r['layers']:>2}  {r['attention']:<15} steps {r['steps']:>6}  train "
+                  f"{_fmt(r['train_bpc'])}  valid {_fmt(r['valid_bpc'])}  diverged {'yes' if r['diverged'] else 'no'}",
+                  flush=True)
+
     rows = stability_experiment(corpus, tuple(args.depths), tuple(args.attention), args.minutes, callback=callback,
                                 **_config_options(args), **_train_options(args))
     unigram = corpus.unigram_bits()
@@ -125,5 +134,5 @@ def run_stability(args: argparse.Namespace) -> int:
                         _fmt(r["valid_bpc"]), "yes" if r["diverged"] else "no", "yes" if r["learned"] else "no")
                        for r in rows]))
     write_output(args, {"experiment": "stability", "corpus": corpus.description, "learning_rate": args.lr,
-                        "minutes_per_run": args.minutes, "unigram_bits": unigram, "runs": rows})
+                        "minutes_per_run": args.minutes, "unigram_bits": unigram, "runs": rows, "complete": True})
     return 0
