@@ -106,7 +106,7 @@ def _ascend(params: list[torch.Tensor], objective: Callable[[], torch.Tensor], s
             begin = time.perf_counter()  # the first evaluation may include one-off warm-up costs
         elif budget is not None:
             fraction = max(fraction, (time.perf_counter() - begin) / budget if budget > 0 else 1.0)
-        if fraction >= 1 or clock.past(until):
+        if step == steps or fraction >= 1 or clock.past(until):
             break
         for group in optimizer.param_groups:
             group["lr"] = learning_rate * (1e-3 + (1 - 1e-3) * (1 + math.cos(math.pi * fraction)) / 2)
@@ -166,7 +166,7 @@ def _cluster_phase(w: AttentionWeights, N: int, norm: str, domain: Domain, resta
 def _free_starts(w64: AttentionWeights, N: int, domain: Domain, restarts: int, generator: torch.Generator,
                  seeds: list[torch.Tensor]) -> torch.Tensor:
     """The seed inputs (jittered) first, then a quarter structured (Lemma for L2, Castin for DP), then random."""
-    structured = max(1, restarts // 4)
+    structured = max(2, restarts // 4)
     if w64.kind == "dp":
         special = castin_starts(w64, N, domain, structured, generator)
     elif N >= 2 and not isinstance(domain, EpsBall):
@@ -195,7 +195,8 @@ def lower_bound(weights: AttentionWeights, N: int, norm: str, domain: Domain = G
         steps: Adam steps per ascent (each cluster size, each free round, the polish).
         learning_rate: relative to the layer's natural input scale (`natural_scale`).
         seed: seeds every random start; without ``seconds`` the result is reproducible.
-        seconds: time budget for the whole search (free rounds repeat until 85% of it; phases stop early).
+        seconds: time budget for the whole search: clusters until 40% of it, free rounds (each taking half the
+            time left) until 80-85%, then the polish; each ascent's schedule is compressed to fit.
         device: default CUDA when available; dtype: float64 or float32 for the search.
         clusters: run the cluster phase (tied L2 on a permutation-invariant domain).
 
