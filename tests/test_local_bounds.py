@@ -229,3 +229,21 @@ def test_bad_input_is_rejected():
     untied = AttentionWeights("l2-untied", W, W + 1, W, torch.eye(2, dtype=torch.float64))
     with pytest.raises(CertifyError, match="'dp' and 'l2'"):
         local_bound(untied, 2, "2", Ball(1.0))
+
+
+@settings(max_examples=20)
+@given(layer=layers(max_N=3, max_d=2, max_H=1), seed=st.integers(0, 10_000), width=st.sampled_from([1e-3, 0.05, 0.3]))
+def test_vertex_bound_holds_on_the_box(layer, seed, width):
+    from certify.bounds._local_vertex import vertex_bounds
+
+    weights, N = layer
+    if N * weights.D > 8:
+        N = max(1, 8 // weights.D)
+    nw = numpy_weights(weights)
+    c, r = _box(N, weights.D, seed, width)
+    for norm in ("2", "inf"):
+        bounds, enclosure = vertex_bounds(Interval((c - r)[None], (c + r)[None]), nw, norm)
+        points = _points_in_box(c, r, 64, seed)
+        J = jacobian(torch.from_numpy(points), weights)
+        assert jacobian_norm(J, norm).max().item() <= bounds[0]
+        assert np.all(J.numpy() >= enclosure.lo[0]) and np.all(J.numpy() <= enclosure.hi[0])

@@ -18,3 +18,4 @@ from ._universal import (
     universal_constant as universal_constant,
 )
 from ._witness import Witness as Witness, dp_witness as dp_witness
+from ._local import local_bound as local_bound  # local certified bounds by branch and bound (MATH.md section 7)

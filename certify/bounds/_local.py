@@ -4,7 +4,8 @@ Over a convex domain Omega, Lip_p(F) = sup_{X in Omega} ||J(X)||_p. Cover Omega 
 on each box B, `_local_enclosure` gives an interval matrix containing J(X) for every X in B, and its norm is
 bounded with proof (`certify.sdp`: the exact row sum for p = inf; min(||J_c|| + ||R||, || |J_c| + R ||) for p = 2,
 refined by the SDP relaxation for the largest boxes when N D <= `sdp_max_size`); `_local_structured` gives a
-second, norm-based bound on the same box, and the smaller one is kept. So
+second, norm-based bound on the same box, and optionally (`vertices=True`, N D <= 8) `_local_vertex` a third (first-order form, maximised
+over the box's vertices); the smallest is kept. So
 
     Lip_p(F) on Omega <= max over the current leaves of their bound,
 
@@ -37,8 +38,11 @@ from ._rounding import round_up
 from ._local_domain import initial_box, shrink, split
 from ._local_enclosure import jacobian_enclosure, mean_value_enclosure, numpy_weights
 from ._local_structured import dp_structured_bound, l2_structured_bound, structured_constants
+from ._local_vertex import vertex_bounds
 
 ENCLOSURES: tuple[str, ...] = ("auto", "direct", "mean-value")
+VERTEX_COORDINATES = 8
+"""With the mean-value enclosure and N D <= this, also use the first-order vertex bound (`_local_vertex`)."""
 
 
 def enclosure_bound(J: Interval, norm: str, *, sdp: bool = False, time_limit: float | None = None) -> float:
@@ -101,6 +105,7 @@ def local_bound(
     sdp_max_size: int = 32,
     lower: Certificate | None = None,
     max_boxes: int | None = None,
+    vertices: bool = False,
     quiet: bool = True,
     seed: int = 0,
 ) -> Certificate:
@@ -117,6 +122,8 @@ def local_bound(
         sdp_max_size: use the SDP on the leading leaves (2-norm) when N D is at most this; 0 disables it.
         lower: a known lower bound (kind "lower", attained in the domain); else the adversarial ascent runs.
         max_boxes: stop after this many box evaluations (for tests).
+        vertices: also use the first-order vertex bound (`_local_vertex`) when N D <= 8 and the enclosure is
+            "mean-value" (tight on small boxes, useless on large ones; off by default as it halves throughput).
         quiet: no progress bar.
         seed: for the adversarial ascent.
 
@@ -143,6 +150,7 @@ def local_bound(
     if enclosure == "auto":
         enclosure = "mean-value" if N * D <= 16 else "direct"
     use_sdp = norm == "2" and N * D <= sdp_max_size
+    use_vertices = vertices and enclosure == "mean-value" and N * D <= VERTEX_COORDINATES
     constants = structured_constants(nw)
     radius = domain.radius if isinstance(domain, Ball) else None
     symmetric = isinstance(domain, Ball)
@@ -186,12 +194,15 @@ def local_bound(
             return
         kept = Interval(shrunk.lo[keep], shrunk.hi[keep])
         parents = np.asarray(parent_bounds)[keep]
-        J = box_enclosure(kept, nw, enclosure)
+        if use_vertices:
+            vertex, J = vertex_bounds(kept, nw, norm)
+        else:
+            vertex, J = np.full(kept.shape[0], math.inf), box_enclosure(kept, nw, enclosure)
         structured = structured_box_bound(kept, nw, constants, N, norm, radius)
         lower_at(0.5 * kept.lo + 0.5 * kept.hi)
         for b in range(kept.shape[0]):
             entrywise = enclosure_bound(J[b], norm)
-            bound = min(entrywise, float(structured[b]), float(parents[b]))
+            bound = min(entrywise, float(vertex[b]), float(structured[b]), float(parents[b]))
             heapq.heappush(heap, (-bound, next(counter), False, kept[b]))
 
     progress = None

@@ -20,7 +20,9 @@ V >= max_i sum_l P_il ||x_l - xbar_i||^2 (>= ||Cov_i||_2):
   So ||J^h|| <= ||W_V W^O_h|| (||P|| + ||B|| V + sqrt(V c) max_i ||w_i||), and ||J|| <= sum_h of these, or
   ||W_O|| (sum_h (same with ||W_V||)^2)^{1/2}. V <= max_l sup ||x_l - m||^2 over the box for any fixed m
   (the weighted variance is at most the weighted second moment about m); we take m = 0 (then V <= R^2 on Ball(R))
-  and m = the centre of the tokens' hull.
+  and m = the centre of the tokens' hull. Per query, V_i <= sum_l P_hi[i, l] sup ||x_l - m_i||^2 with m_i the
+  centre of xbar_i's enclosure, and keeping the Cauchy-Schwarz step per i gives
+  ||T|| <= ||W_V W^O_h|| (max_l sum_i P_hi[i, l] ||w_i||^2 V_i)^{1/2}; the smaller of the two forms is used.
 
 **Tied L2 head** with y = W_Q^T x, s = 1/sqrt(d) (`_local_enclosure.l2_jacobian_enclosure`):
 J^h = s (P (x) G W_Q^T) + 2 s^2 (I (x) G) [blockdiag(Cov_i) + T] (I (x) W_Q^T), G = W^O_h^T W_V^T W_Q,
@@ -114,6 +116,19 @@ def _second_moment_bound(X: Interval, radius: float | None) -> np.ndarray:
     return np.minimum(about_zero, about_centre) * (1 + 1e-12)
 
 
+def _weighted_second_moment(X: Interval, P: Interval) -> np.ndarray:
+    """V_i >= sum_l P_il ||x_l - xbar_i||^2 for each query i, per box: X (..., N, D), P (..., N, N) -> (..., N).
+
+    The weighted variance is at most the weighted second moment about any point m_i; take m_i the centre of the
+    interval enclosure of xbar_i = sum_k P_ik x_k, and bound sum_l P_il sup ||x_l - m_i||^2 with P_hi.
+    """
+    xbar = isum(P.expand(-1) * X.expand(-3), axis=-2)  # (..., N, D)
+    m = np.clip(0.5 * xbar.lo + 0.5 * xbar.hi, xbar.lo, xbar.hi)  # (..., i, D)
+    far = np.maximum(np.abs(X.lo[..., None, :, :] - m[..., :, None, :]), np.abs(X.hi[..., None, :, :] - m[..., :, None, :]))
+    r2 = np.sum(far**2, axis=-1)  # (..., i, l)
+    return np.sum(P.hi * r2, axis=-1) * (1 + 1e-12)
+
+
 def _p_max(N: int, logit_range: np.ndarray) -> np.ndarray:
     """Upper bound on every P_il when all logit differences s_il - s_ik lie in [-logit_range, logit_range]:
     P_il = 1 / sum_k exp(s_ik - s_il) <= 1 / (1 + (N - 1) exp(-logit_range)), rounded up."""
@@ -152,7 +167,14 @@ def dp_structured_bound(X: Interval, w: _Weights, k: StructuredConstants, radius
         # |s_il - s_ik| = |w_i . (x_l - x_k)| <= w_max 2 max ||x||
         P_hi = np.minimum(P.hi, _p_max(N, 2 * w_max * token_norm * (1 + 1e-12))[..., None, None])
         Pn, c = _P_norm_and_colsum(P_hi)
-        inner = Pn + k.B[h] * V + np.sqrt(V * c) * w_max
+        # per-query refinements: V_i <= sum_l P_hi[i, l] sup ||x_l - m_i||^2 with m_i the centre of xbar_i's
+        # enclosure, and ||T||^2 <= max_l sum_i P_hi[i, l] ||w_i||^2 V_i (the Cauchy-Schwarz step kept per i)
+        V_i = np.minimum(_weighted_second_moment(X, Interval(np.minimum(P.lo, P_hi), P_hi)), V[..., None])  # (..., N)
+        w_i = np.sqrt(np.sum(Kq.mag**2, axis=-1)) * inv_sqrt_d * (1 + 1e-12)  # (..., N)
+        w_i = np.minimum(w_i, w_max[..., None])
+        T3 = np.sqrt(np.max(np.sum(P_hi * (w_i**2 * V_i)[..., :, None], axis=-2), axis=-1))
+        T3 = np.minimum(T3, np.sqrt(V * c) * w_max)
+        inner = Pn + k.B[h] * np.max(V_i, axis=-1) + T3
         per_head_VO.append(k.VO[h] * inner)
         per_head_V.append(k.V[h] * inner)
     value = np.minimum(sum(per_head_VO), k.O * np.sqrt(sum(b * b for b in per_head_V)))
@@ -181,8 +203,10 @@ def l2_structured_bound(
         D2 = np.maximum(isum(dY * dY, axis=-1).hi, 0.0)  # ||y_j - y_k||^2 upper, [..., j, k]
         D2 = np.minimum(D2, spread[..., None, None])
         weighted = P_hi * np.swapaxes(D2, -1, -2)  # [i, l] = P_il ||y_l - y_i||^2 (upper)
-        var = np.minimum(np.minimum(np.max(weighted.sum(axis=-1), axis=-1), lemma), (token_norm * k.Q[h]) ** 2)
+        var_i = np.minimum(np.minimum(weighted.sum(axis=-1), lemma), ((token_norm * k.Q[h]) ** 2)[..., None])
+        var = np.max(var_i, axis=-1)
         col = np.minimum(np.max(weighted.sum(axis=-2), axis=-1), column_cap)
-        T = np.sqrt(var * col)
+        # ||T z||^2 <= sum_i Var_i sum_l P_il ||y_i - y_l||^2 ||z_l||^2 <= max_l sum_i Var_i weighted[i, l] ||z||^2
+        T = np.minimum(np.sqrt(var * col), np.sqrt(np.max(np.sum(var_i[..., :, None] * weighted, axis=-2), axis=-1)))
         total = total + s * Pn * k.B[h] + 2 * s * s * (var + T) * k.G[h] * k.Q[h]
     return total * (1 + 1e-9)
