@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import interval as iv
-from ._global_l2_domain import Domain, bottleneck_distance, free_plane_domain, gap_domain, plane_domain
+from ._global_l2_domain import Domain, bottleneck_distance, gap_domain, octant_plane_domain, plane_domain
 from ._global_l2_enclosure import Parametrisation
-from ._global_l2_lower import core_norm, search_lower
+from ._global_l2_lower import core_norm, polish, search_lower
 from ._global_l2_mvf import box_bounds
 from ._global_l2_tail import tail_bound, tail_bound_lookup, tail_bound_table
 
@@ -67,7 +67,7 @@ def domain(N: int, d: int, norm: str, r: float) -> Domain:
     if d == 2 and norm == "2":
         return plane_domain(N, r)
     if d == 2 and norm == "inf":
-        return free_plane_domain(N, r)
+        return octant_plane_domain(N, r)
     raise ValueError(f"global branch and bound is implemented for d in (1, 2), got d = {d}")
 
 
@@ -158,7 +158,7 @@ def global_l2_constant(N: int, d: int, norm: str, *, r: float = DEFAULT_R, tol: 
                      f"closed max {closed_max:.6f}, open max {open_max:.6f}, {time.perf_counter() - start:.0f} s")
     open_max = float(open_ub.max()) if open_ub.size else -np.inf
     upper = max(closed_max, open_max, tail_total)
-    lower = core_norm(witness, norm)
+    lower, witness = polish(witness, norm)
     seconds = time.perf_counter() - start
     method = (f"branch and bound, mean-value form with vertex enumeration, outward-rounded intervals; "
               f"tail bound r = {r}; {dom.description}")

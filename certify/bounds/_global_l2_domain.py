@@ -11,12 +11,13 @@ r-connected ones, up to symmetry.
 
 - d = 1 (``gap_domain``): sort the points, y_1 = 0, gaps g_k = y_{k+1} - y_k in [0, r] (all gaps < r iff
   r-connected). The reflection y -> -y reverses the gaps, so boxes with g_1 > g_{N-1} everywhere are dropped.
-- d = 2 (``plane_domain``): label a closest pair 1, 2; translate y_1 to 0 and rotate y_2 onto (a, 0), a >= 0
-  (2-norm only). An r-connected configuration has a < r, and every point within (N - 2) r + a of y_1, so
-  |coordinates| < (N - 1) r. Boxes are dropped when every configuration in them has a pair closer than (1, 2), or
-  violates the symmetry normalisation below, or is not r-connected (covered by the tail). Normalisation (valid for
-  the 2-norm, which is invariant under all isometries): N = 3: y_3 = (b, c) with c >= 0, b <= a / 2 (swap 1, 2 and
-  reflect x -> a - x). N = 4: y_3 = (b, c), y_4 = (e, f) with b + e <= a, b <= e and c >= 0.
+- d = 2, 2-norm (``plane_domain``): label a closest pair 1, 2; translate y_1 to 0 and rotate y_2 onto (a, 0).
+  An r-connected configuration has a < r, and every point within (N - 2) r + a < (N - 1) r of y_1. Boxes are
+  dropped when every configuration in them has a pair closer than (1, 2), or violates the normalisation (N = 3:
+  y_3 = (b, c) with c >= 0 (reflect y), b <= a / 2 (swap 1, 2 and reflect x -> a - x); N = 4: b + e <= a, b <= e,
+  c >= 0), or is not r-connected (then the tail bound covers it).
+- d = 2, inf-norm (``octant_plane_domain``): rotations do not preserve ||.||_inf, only the 8 signed permutations
+  of the axes do; y_2 = (u, v) with 0 <= v <= u stays free.
 """
 
 from __future__ import annotations
@@ -32,33 +33,35 @@ from ._global_l2_enclosure import Parametrisation, gap_parametrisation
 
 @dataclass(frozen=True)
 class Domain:
-    """A box [lo, hi] of parameters theta, y = A theta, plus a rule dropping boxes the symmetry argument covers."""
+    """A box [lo, hi] of parameters theta (y = A theta) and the symmetry normalisation of its configurations.
+
+    ``constraints`` (K, L): the normalised configurations satisfy constraints @ theta <= 0; a box where some
+    constraint is violated everywhere is dropped. With ``closest_pair``, (y_1, y_2) is a closest pair, and a box
+    where some other pair is closer everywhere is dropped.
+    """
 
     par: Parametrisation
     lo: np.ndarray
     hi: np.ndarray
     description: str
+    constraints: np.ndarray
+    closest_pair: bool = False
 
     def symmetry_drop(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """Boolean mask of boxes (B, L) in which every configuration is covered by a symmetric image."""
-        N, d = self.par.N, self.par.d
+        N = self.par.N
         drop = np.zeros(lo.shape[0], dtype=bool)
-        if d == 1:
-            if N >= 3:
-                drop |= lo[:, 0] > hi[:, -1]
-            return drop
-        # d = 2: theta = (a, b, c, [e, f]); distances: every pair at least as far as (1, 2)
-        a_sq_lo = iv.square(Interval(lo[:, 0], hi[:, 0])).lo
-        d2 = pair_sq_distances(self.par, lo, hi)
-        for j in range(N):
-            for k in range(j + 1, N):
-                if (j, k) != (0, 1):
-                    drop |= d2.hi[:, j, k] < a_sq_lo
-        if N == 3:
-            drop |= 2.0 * lo[:, 1] > hi[:, 0]
-        if N == 4:
-            drop |= iv.round_down(lo[:, 1] + lo[:, 3]) > hi[:, 0]
-            drop |= lo[:, 1] > hi[:, 3]
+        if self.constraints.size:
+            theta = Interval(lo, hi).reshape(lo.shape[0], 1, lo.shape[1])
+            low = iv.isum(theta * self.constraints[None], axis=-1).lo  # (B, K): min over the box of c . theta
+            drop |= (low > 0).any(axis=1)
+        if self.closest_pair:
+            d2 = pair_sq_distances(self.par, lo, hi)
+            first = d2.lo[:, 0, 1]
+            for j in range(N):
+                for k in range(j + 1, N):
+                    if (j, k) != (0, 1):
+                        drop |= d2.hi[:, j, k] < first
         return drop
 
 
@@ -94,51 +97,67 @@ def bottleneck_distance(par: Parametrisation, lo: np.ndarray, hi: np.ndarray) ->
 
 
 def gap_domain(N: int, r: float) -> Domain:
-    """d = 1: gaps in [0, r]^{N-1}."""
+    """d = 1: gaps in [0, r]^{N-1}, reflection g_1 <= g_{N-1}."""
     par = gap_parametrisation(N)
+    constraints = np.zeros((0, N - 1))
+    if N >= 3:
+        constraints = np.zeros((1, N - 1))
+        constraints[0, 0], constraints[0, -1] = 1.0, -1.0
     return Domain(par, np.zeros(N - 1), np.full(N - 1, float(r)),
-                  f"d = 1 gaps g in [0, {r}]^{N - 1}, reflection g_1 <= g_(N-1)")
+                  f"d = 1 gaps in [0, {r}]^{N - 1}, g_1 <= g_(N-1)", constraints)
 
 
-def plane_parametrisation(N: int) -> Parametrisation:
-    """d = 2: y_1 = 0, y_2 = (a, 0), y_k = (theta_{2k-4}, theta_{2k-3}) for k >= 3; theta = (a, b, c, e, f, ...)."""
-    L = 1 + 2 * (N - 2)
+def _plane_par(N: int, y2_free: bool) -> Parametrisation:
+    """d = 2: y_1 = 0; y_2 = (a, 0) (rotation quotiented) or (u, v); then y_k = two parameters each."""
+    first = 2 if y2_free else 1
+    L = first + 2 * (N - 2)
     A = np.zeros((N, 2, L))
     A[1, 0, 0] = 1.0
+    if y2_free:
+        A[1, 1, 1] = 1.0
     for k in range(2, N):
-        A[k, 0, 1 + 2 * (k - 2)] = 1.0
-        A[k, 1, 2 + 2 * (k - 2)] = 1.0
+        A[k, 0, first + 2 * (k - 2)] = 1.0
+        A[k, 1, first + 2 * (k - 2) + 1] = 1.0
     return Parametrisation(A)
 
 
 def plane_domain(N: int, r: float) -> Domain:
-    """d = 2 (2-norm): closest pair on the x-axis; see the module docstring for the normalisation."""
+    """d = 2, 2-norm (invariant under all isometries): closest pair y_1 = 0, y_2 = (a, 0), a in [0, r].
+
+    Normalisation: N = 3: y_3 = (b, c), c >= 0, b <= a / 2, and then ||y_3|| < r (r-connected), so b in [-r, r/2],
+    c in [0, r]. N = 4: y_3 = (b, c), y_4 = (e, f), b + e <= a, b <= e, c >= 0, coordinates within 3 r.
+    """
     if not 2 <= N <= 4:
         raise ValueError(f"the d = 2 domain is implemented for N = 2..4, got N = {N}")
-    par = plane_parametrisation(N)
-    R = (N - 1) * float(r)
-    lo = [0.0]
-    hi = [float(r)]
+    par = _plane_par(N, y2_free=False)
+    r = float(r)
+    if N == 2:
+        return Domain(par, np.array([0.0]), np.array([r]), f"d = 2, y_2 = (a, 0), a in [0, {r}]", np.zeros((0, 1)))
     if N == 3:
-        lo += [-float(r), 0.0]
-        hi += [float(r) / 2, float(r)]
-    if N == 4:
-        lo += [-R, 0.0, -R, -R]
-        hi += [R, R, R, R]
-    return Domain(par, np.array(lo), np.array(hi),
-                  f"d = 2, y_1 = 0, y_2 = (a, 0) closest pair, a in [0, {r}], coordinates within {R}")
+        return Domain(par, np.array([0.0, -r, 0.0]), np.array([r, r / 2, r]),
+                      f"d = 2, closest pair y_1 = 0, y_2 = (a, 0), y_3 = (b, c): b <= a/2, c >= 0, |y_3| < {r}",
+                      np.array([[-0.5, 1.0, 0.0]]), closest_pair=True)
+    R = 3 * r
+    return Domain(par, np.array([0.0, -R, 0.0, -R, -R]), np.array([r, R, R, R, R]),
+                  f"d = 2, closest pair y_1 = 0, y_2 = (a, 0), b + e <= a, b <= e, c >= 0, |coords| <= {R}",
+                  np.array([[-1.0, 1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, -1.0, 0.0]]), closest_pair=True)
 
 
-def free_plane_domain(N: int, r: float) -> Domain:
-    """d = 2 without quotienting rotations (for the inf-norm): y_1 = 0 and y_k in [-R, R]^2, R = (N - 1) r.
+def octant_plane_domain(N: int, r: float) -> Domain:
+    """d = 2, inf-norm: only signed permutations of the axes preserve ||.||_inf, so rotations stay in the search.
 
-    Only translation is quotiented out; boxes that are not r-connected are dropped (tail bound).
+    Closest pair y_1 = 0, y_2 = (u, v) with 0 <= v <= u (the 8 signed axis permutations), u, v in [0, r]; other points
+    within (N - 1) r of y_1 (r-connected); for N = 4, y_3 = (b, c), y_4 = (e, f) with b <= e.
     """
-    L = 2 * (N - 1)
-    A = np.zeros((N, 2, L))
-    for k in range(1, N):
-        A[k, 0, 2 * (k - 1)] = 1.0
-        A[k, 1, 2 * (k - 1) + 1] = 1.0
-    R = (N - 1) * float(r)
-    return Domain(Parametrisation(A), np.full(L, -R), np.full(L, R),
-                  f"d = 2 (inf-norm), y_1 = 0, y_k in [-{R}, {R}]^2")
+    if not 2 <= N <= 4:
+        raise ValueError(f"the d = 2 domain is implemented for N = 2..4, got N = {N}")
+    par = _plane_par(N, y2_free=True)
+    r = float(r)
+    R = (N - 1) * r
+    lo = np.array([0.0, 0.0] + [-R] * (2 * (N - 2)))
+    hi = np.array([r, r] + [R] * (2 * (N - 2)))
+    rows = [[-1.0, 1.0] + [0.0] * (2 * (N - 2))]
+    if N == 4:
+        rows.append([0.0, 0.0, 1.0, 0.0, -1.0, 0.0])
+    return Domain(par, lo, hi, f"d = 2 (inf-norm), closest pair y_1 = 0, y_2 = (u, v), 0 <= v <= u, |coords| <= {R}",
+                  np.array(rows), closest_pair=True)

@@ -53,11 +53,13 @@ def _row_sum_upper(a: np.ndarray) -> np.ndarray:
 
 
 def norm_upper_point(V: np.ndarray, norm: str) -> np.ndarray:
-    """Rounded-up ||V||_p of float matrices V (..., n, n) (margins in the module docstring)."""
+    """Rounded-up ||V||_p of float matrices V (..., n, n) (margins in the module docstring); inf where V is not
+    finite."""
+    finite = np.isfinite(V).all(axis=(-2, -1))
     if norm == "inf":
-        return _row_sum_upper(np.abs(V))
-    s = np.linalg.svd(V, compute_uv=False)[..., 0]
-    return iv.round_up(s * (1.0 + SVD_REL_MARGIN))
+        return np.where(finite, _row_sum_upper(np.abs(np.where(finite[..., None, None], V, 0.0))), np.inf)
+    s = np.linalg.svd(np.where(finite[..., None, None], V, 0.0), compute_uv=False)[..., 0]
+    return np.where(finite, iv.round_up(s * (1.0 + SVD_REL_MARGIN)), np.inf)
 
 
 def nonneg_norm_upper(E: np.ndarray, norm: str) -> np.ndarray:
@@ -102,6 +104,7 @@ def box_bounds(lo: np.ndarray, hi: np.ndarray, par: Parametrisation, norm: str) 
     # where the box is too wide for the mean-value form, the plain enclosure of M may be better: both are valid
     upper = np.minimum(upper, interval_norm_upper(box.v, norm))
     upper = np.where(np.isfinite(upper), upper, np.inf)
-    centre_norm = np.linalg.norm(Mmid, ord=np.inf if norm == "inf" else 2, axis=(-2, -1))
+    centre_norm = np.linalg.norm(np.where(np.isfinite(Mmid), Mmid, 0.0), ord=np.inf if norm == "inf" else 2,
+                                 axis=(-2, -1))
     scores = h * np.max(np.sum(absJ + Jrad, axis=2), axis=1)  # h_l * row-sum norm of |dM/dtheta_l|
     return upper, centre_norm, scores

@@ -1,0 +1,109 @@
+"""Regenerate the table of certified universal constants c_p(N, d) = sup_Y ||M(Y)||_p (MATH.md sections 2 and 7).
+
+For each (N, d, norm) it runs the global branch and bound (``certify.bounds.global_l2_constant``), prints
+N, d, norm, certified upper, attained lower, ratio, the paper's constant (2-norm: sqrt(N)(4 W_0((N-1)/e) + 1);
+inf-norm: 1 + 4 sqrt(d) W_0((N-1)/e)), the paper's ratio (paper / lower), seconds and boxes, and writes / updates
+the JSON table that ``certify.bounds.universal_constant`` reads.
+
+    python benchmarks/universal_constants.py                       # the whole shipped table (long)
+    python benchmarks/universal_constants.py --N 2 --d 1 --norm 2  # one entry (smaller N recomputed first)
+
+Runs single-threaded (OMP_NUM_THREADS=1 is set here). Each entry gets --time-budget seconds (for N with several
+smaller N not in the table, those are computed first with the same budget). An entry whose branch and bound ran out
+of time still has a certified upper bound (open boxes keep their parent's bound); it is marked "complete": false.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from certify.bounds._global_l2 import DEFAULT_R, global_l2_constant  # noqa: E402
+from certify.bounds._lambert import phi_inverse  # noqa: E402
+
+DEFAULT_OUT = Path(__file__).resolve().parents[1] / "certify" / "data" / "universal_constants.json"
+TABLE = [(N, 1) for N in range(2, 7)] + [(N, 2) for N in range(2, 5)]
+DESCRIPTION = ("Certified upper bounds on c_p(N, d) = sup_Y ||M(Y)||_p, M the (N d) x (N d) L2 core Jacobian of MATH.md "
+               "section 2 with P_ij = softmax_j(-||y_i - y_j||^2); 'upper' is certified (global branch and bound with "
+               "outward rounding plus the tail bound of proofs/tail_bound.py), 'lower' = ||M(witness)||_p in float64.")
+
+
+def paper_constant(N: int, d: int, norm: str) -> float:
+    """The constant of Theorem 3.2 for one head with unit weights (MATH.md section 4)."""
+    w = phi_inverse(N - 1)
+    return math.sqrt(N) * (4 * w + 1) if norm == "2" else 1 + 4 * math.sqrt(d) * w
+
+
+def default_tol(N: int, d: int) -> float:
+    """Closing tolerance: tight where the branch and bound converges in minutes, looser where it cannot."""
+    if (d == 1 and N <= 4) or (d == 2 and N == 2):
+        return 0.004
+    if d == 2 and N == 3:
+        return 0.01
+    return 0.03
+
+
+def load(path: Path) -> dict:
+    if path.exists():
+        return json.loads(path.read_text())
+    return {"version": 1, "description": DESCRIPTION, "entries": []}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--N", type=int, nargs="*", help="sequence lengths (default: the shipped table)")
+    parser.add_argument("--d", type=int, nargs="*", help="head widths (default: the shipped table)")
+    parser.add_argument("--norm", choices=("2", "inf", "both"), default="both")
+    parser.add_argument("--time-budget", type=float, default=600.0, help="seconds per entry (default 600)")
+    parser.add_argument("--tol", type=float, default=None,
+                        help="close boxes below (1 + tol) * lower (default: default_tol(N, d))")
+    parser.add_argument("--r", type=float, default=DEFAULT_R, help="cluster radius of the tail bound")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON table to update (default: shipped)")
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    pairs = [(N, d) for N, d in TABLE if (args.N is None or N in args.N) and (args.d is None or d in args.d)]
+    if args.N and args.d and not pairs:
+        pairs = [(N, d) for d in args.d for N in args.N]
+    norms = ("2", "inf") if args.norm == "both" else (args.norm,)
+    table = load(args.out)
+    entries = {(e["N"], e["d"], e["norm"]): e for e in table["entries"]}
+    header = (f"{'N':>2} {'d':>2} {'norm':>4} {'upper':>10} {'lower':>10} {'ratio':>7} {'paper':>8} "
+              f"{'paper/lo':>8} {'seconds':>8} {'boxes':>8} complete")
+    print(header, flush=True)
+    for norm in norms:
+        for N, d in sorted(pairs, key=lambda p: (p[1], p[0])):
+            smaller = {s: entries[(s, d, norm)]["upper"] for s in range(2, N) if (s, d, norm) in entries}
+            tol = args.tol if args.tol is not None else default_tol(N, d)
+            res = global_l2_constant(N, d, norm, r=args.r, tol=tol, time_budget=args.time_budget, smaller=smaller,
+                                     progress=lambda msg: print("  " + msg, file=sys.stderr, flush=True))
+            paper = paper_constant(N, d, norm)
+            print(f"{N:>2} {d:>2} {norm:>4} {res.upper:10.6f} {res.lower:10.6f} {res.ratio:7.4f} {paper:8.4f} "
+                  f"{paper / res.lower:8.3f} {res.seconds:8.1f} {res.boxes:8d} {res.complete}", flush=True)
+            entries[(N, d, norm)] = {
+                "N": N, "d": d, "norm": norm, "upper": res.upper, "lower": res.lower,
+                "seconds": round(res.seconds, 1), "boxes": res.boxes, "method": res.method,
+                "command": f"python benchmarks/universal_constants.py --N {N} --d {d} --norm {norm}",
+                "witness": np.asarray(res.witness).tolist(), "complete": res.complete, "tol": tol, "r": res.r,
+                "tail": res.tail, "paper": paper,
+            }
+            if not args.no_write:
+                table["entries"] = [entries[k] for k in sorted(entries, key=lambda k: (k[1], k[2], k[0]))]
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                args.out.write_text(json.dumps(table, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,345 @@
+"""Soundness of the global L2 branch and bound and of the shipped table of universal constants (MATH.md section 7).
+
+Every certified number is tested against values that do not come from the code under test: the exact N = 2 constant
+(certify.symbolic, interval arithmetic in mpmath), ||M(Y)||_p at random and optimised Y computed by
+certify.jacobian.l2_core_jacobian (torch), and sampled points of boxes. Each check is a function, and the last tests
+show that the same checks catch an enclosure, or a table, that is 10% too narrow.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from certify.bounds import _global_l2_mvf as mvf
+from certify.bounds._global_l2 import domain, global_l2_constant
+from certify.bounds._global_l2_domain import bottleneck_distance, pair_sq_distances
+from certify.bounds._global_l2_enclosure import Dual, core_jacobian_float, enclose_core_jacobian
+from certify.bounds._global_l2_lower import search_lower
+from certify.bounds._global_l2_tail import tail_bound, tail_bound_lookup, tail_bound_table
+from certify.interval import Interval
+from certify.jacobian import l2_core_jacobian
+from certify.symbolic import exact_constant_n2
+
+TABLE = Path(__file__).resolve().parents[1] / "certify" / "data" / "universal_constants.json"
+
+
+def reference_norm(Y: np.ndarray, norm: str) -> np.ndarray:
+    """||M(Y)||_p by the foundation's torch implementation (independent of the code under test); Y (B, N, d)."""
+    Y = torch.as_tensor(np.asarray(Y, dtype=np.float64))
+    B, N, d = Y.shape
+    M = l2_core_jacobian(Y).reshape(B, N * d, N * d)
+    return torch.linalg.matrix_norm(M, ord=float("inf") if norm == "inf" else 2).numpy()
+
+
+def entries() -> list[dict]:
+    return json.loads(TABLE.read_text())["entries"]
+
+
+def sample_boxes(rng: np.random.Generator, N: int, d: int, width: float, B: int,
+                 norm: str = "2") -> tuple[np.ndarray, np.ndarray]:
+    L = domain(N, d, norm, 3.5).par.L
+    lo = rng.uniform(-1.0 if d == 2 else 0.0, 2.0, size=(B, L))
+    if d == 2:
+        lo[:, 0] = np.abs(lo[:, 0])
+    return lo, lo + width * rng.uniform(0.2, 1.0, size=(B, L))
+
+
+# -- checks (each returns a list of violations; the tests below assert they are empty, and that wrong inputs are not)
+
+def enclosure_violations(enclosure: Dual, lo: np.ndarray, hi: np.ndarray, par, rng, samples: int = 20) -> list[str]:
+    """Sampled M(theta) and central finite differences of M outside the enclosure (value and gradient)."""
+    bad = []
+    L = lo.shape[1]
+    for _ in range(samples):
+        th = lo + rng.uniform(size=lo.shape) * (hi - lo)
+        M = core_jacobian_float(par.points(th))
+        if not np.all((enclosure.v.lo <= M + 1e-12) & (M <= enclosure.v.hi + 1e-12)):
+            bad.append("value")
+        if enclosure.g is not None:
+            step = 1e-6 * np.maximum(hi - lo, 1e-3)
+            for l in range(L):
+                t_hi, t_lo = th.copy(), th.copy()
+                t_hi[:, l] = np.minimum(th[:, l] + step[:, l], hi[:, l])
+                t_lo[:, l] = np.maximum(th[:, l] - step[:, l], lo[:, l])
+                dM = (core_jacobian_float(par.points(t_hi)) - core_jacobian_float(par.points(t_lo))) / (
+                    (t_hi[:, l] - t_lo[:, l])[:, None, None])
+                if not np.all((enclosure.g.lo[..., l] <= dM + 1e-5) & (dM <= enclosure.g.hi[..., l] + 1e-5)):
+                    bad.append(f"gradient {l}")
+    return bad
+
+
+def box_bound_violations(upper: np.ndarray, lo: np.ndarray, hi: np.ndarray, par, norm: str, rng,
+                         samples: int = 40) -> list[str]:
+    """Sampled ||M(theta)||_p (reference implementation) above the box bound, box corners included."""
+    bad = []
+    for s in range(samples):
+        t = rng.uniform(size=lo.shape) if s >= 2 else np.full(lo.shape, float(s))
+        th = lo + t * (hi - lo)
+        values = reference_norm(par.points(th), norm)
+        if np.any(values > upper):
+            bad.append(f"sample {s}: {values.max():.6f} > bound")
+    return bad
+
+
+def table_violations(entry: dict, configurations: np.ndarray) -> list[str]:
+    """Values ||M(Y)||_p (reference) above the certified upper, lower not attained at the witness, exact N = 2
+    constant outside [lower, upper] (d = 1, and the 2-norm for d = 2, where it is the same value)."""
+    bad = []
+    norm = entry["norm"]
+    values = reference_norm(configurations, norm)
+    if np.any(values > entry["upper"]):
+        bad.append(f"||M(Y)|| = {values.max():.6f} > upper {entry['upper']:.6f}")
+    witness = np.asarray(entry["witness"])[None]
+    attained = float(reference_norm(witness, norm)[0])
+    if abs(attained - entry["lower"]) > 1e-12 * max(1.0, attained):
+        bad.append(f"lower {entry['lower']} is not ||M(witness)|| = {attained}")
+    if entry["upper"] < entry["lower"]:
+        bad.append("upper < lower")
+    if entry["N"] == 2 and (entry["d"] == 1 or norm == "2"):
+        lo, hi = exact_constant_n2(norm)
+        if entry["upper"] < lo:
+            bad.append(f"upper {entry['upper']} below the exact N = 2 constant [{lo}, {hi}]")
+        if entry["lower"] > hi * (1 + 1e-13):  # the lower bound is a float64 evaluation: rounding allowed
+            bad.append(f"lower {entry['lower']} above the exact N = 2 constant [{lo}, {hi}]")
+    return bad
+
+
+def random_configurations(rng: np.random.Generator, N: int, d: int, count: int = 200) -> np.ndarray:
+    scales = rng.choice([0.3, 0.7, 1.0, 1.5, 3.0], size=(count, 1, 1))
+    Y = rng.normal(size=(count, N, d)) * scales
+    clustered = rng.normal(size=(count, N, d)) * 0.02 + 1.4 * rng.integers(0, 3, size=(count, N, 1))
+    return np.concatenate([Y, clustered])
+
+
+# -- enclosures --------------------------------------------------------------------------------------------------
+
+def test_float_core_jacobian_matches_foundation() -> None:
+    rng = np.random.default_rng(0)
+    for N, d in [(2, 1), (5, 1), (3, 2), (4, 3)]:
+        Y = rng.normal(size=(3, N, d))
+        ref = l2_core_jacobian(torch.tensor(Y)).reshape(3, N * d, N * d).numpy()
+        assert np.allclose(core_jacobian_float(Y), ref, atol=1e-13)
+
+
+@settings(max_examples=12, deadline=None)
+@given(N=st.integers(2, 5), d=st.integers(1, 2), width=st.sampled_from([1e-3, 0.05, 0.3]), seed=st.integers(0, 99))
+def test_enclosure_contains_samples_and_derivatives(N: int, d: int, width: float, seed: int) -> None:
+    if d == 2 and N > 4:
+        N = 4
+    rng = np.random.default_rng(seed)
+    par = domain(N, d, "2", 3.5).par
+    lo, hi = sample_boxes(rng, N, d, width, 8)
+    enc = enclose_core_jacobian(Interval(lo, hi), par, with_grad=True)
+    assert enclosure_violations(enc, lo, hi, par, rng) == []
+
+
+@settings(max_examples=12, deadline=None)
+@given(N=st.integers(2, 5), d=st.integers(1, 2), norm=st.sampled_from(["2", "inf"]),
+       width=st.sampled_from([0.01, 0.1, 0.5]), seed=st.integers(0, 99))
+def test_box_bounds_dominate_sampled_norms(N: int, d: int, norm: str, width: float, seed: int) -> None:
+    if d == 2 and N > 4:
+        N = 4
+    rng = np.random.default_rng(seed)
+    par = domain(N, d, norm, 3.5).par
+    lo, hi = sample_boxes(rng, N, d, width, 16, norm)
+    upper, centre, _ = mvf.box_bounds(lo, hi, par, norm)
+    assert np.all(upper >= centre)
+    assert box_bound_violations(upper, lo, hi, par, norm, rng) == []
+
+
+def test_box_bounds_are_tight_on_small_boxes() -> None:
+    rng = np.random.default_rng(5)
+    par = domain(4, 1, "2", 3.5).par
+    lo, hi = sample_boxes(rng, 4, 1, 1e-3, 16)
+    upper, centre, _ = mvf.box_bounds(lo, hi, par, "2")
+    assert np.all(upper <= centre * 1.01)
+
+
+def test_vertex_norm_margin_against_high_precision() -> None:
+    """The stated SVD margin: the rounded-up 2-norm is >= an mpmath (40 digits) singular value."""
+    import mpmath
+
+    rng = np.random.default_rng(1)
+    V = rng.normal(size=(20, 6, 6)) * 10.0 ** rng.integers(-3, 3, size=(20, 1, 1))
+    up = mvf.norm_upper_point(V, "2")
+    with mpmath.workdps(40):
+        for k in range(20):
+            s = max(mpmath.svd_r(mpmath.matrix(V[k].tolist()), compute_uv=False))
+            assert mpmath.mpf(float(up[k])) >= s
+
+
+def test_bottleneck_distance_is_a_lower_bound_on_the_split() -> None:
+    rng = np.random.default_rng(2)
+    par = domain(4, 2, "2", 3.5).par
+    lo, hi = sample_boxes(rng, 4, 2, 0.5, 32)
+    hi[:, 3] += 5.0  # push point 4 far away in some boxes
+    lo[:, 3] += 4.0
+    r_box = bottleneck_distance(par, lo, hi)
+    d2 = pair_sq_distances(par, lo, hi)
+    for _ in range(20):
+        Y = par.points(lo + rng.uniform(size=lo.shape) * (hi - lo))
+        dist = np.linalg.norm(Y[:, :, None] - Y[:, None], axis=-1)
+        assert np.all((d2.lo <= dist**2 + 1e-12) & (dist**2 <= d2.hi + 1e-12))
+        for b in range(Y.shape[0]):
+            # some partition has all cross distances >= r_box: the largest MST edge of the true distances
+            assert _mst_largest_edge(dist[b]) >= r_box[b] - 1e-12
+    assert np.any(r_box > 1.0)
+
+
+def _mst_largest_edge(dist: np.ndarray) -> float:
+    N = dist.shape[0]
+    in_tree, best, largest = {0}, dist[0].copy(), 0.0
+    while len(in_tree) < N:
+        k = min((j for j in range(N) if j not in in_tree), key=lambda j: best[j])
+        largest = max(largest, best[k])
+        in_tree.add(k)
+        best = np.minimum(best, dist[k])
+    return largest
+
+
+def test_tail_bound_lookup_is_conservative() -> None:
+    table = tail_bound_table(5, 1, "2", 3.5)
+    r = np.array([0.5, 1.0, 1.234, 2.999, 3.5])
+    looked = tail_bound_lookup(table, r)
+    assert np.isinf(looked[0])
+    for k in range(1, 5):
+        assert looked[k] >= tail_bound(float(r[k]), 5, 1, "2")
+
+
+def test_tail_bound_on_two_clusters() -> None:
+    from proofs.tail_bound import check_tail
+
+    status, evidence = check_tail(lambda r, N, d, p: tail_bound(r, N, d, p), samples=60, seed=3)
+    assert status.value == "CHECKED", evidence
+
+
+def test_rejects_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="norm"):
+        global_l2_constant(2, 1, "1")
+    with pytest.raises(ValueError, match="N must be"):
+        global_l2_constant(1, 1, "2")
+    with pytest.raises(ValueError, match="r >= 1"):
+        tail_bound(0.5, 3, 1, "2")
+    with pytest.raises(ValueError, match="d in"):
+        global_l2_constant(2, 3, "2")
+
+
+# -- the branch and bound end to end -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("norm", ["2", "inf"])
+def test_branch_and_bound_n2_contains_exact_constant(norm: str) -> None:
+    res = global_l2_constant(2, 1, norm, tol=0.002, time_budget=60, lower_restarts=4)
+    lo, hi = exact_constant_n2(norm)
+    assert res.complete
+    assert res.lower <= hi * (1 + 1e-13) and res.upper >= lo  # lower: float64 evaluation, rounding allowed
+    assert res.upper <= 1.003 * hi
+
+
+@settings(max_examples=4, deadline=None)
+@given(norm=st.sampled_from(["2", "inf"]), seed=st.integers(0, 50))
+def test_branch_and_bound_n3_dominates_random_and_optimised(norm: str, seed: int) -> None:
+    res = global_l2_constant(3, 1, norm, tol=0.01, time_budget=60, lower_restarts=2, seed=seed,
+                             smaller={2: 1.6077})
+    rng = np.random.default_rng(seed)
+    Y = random_configurations(rng, 3, 1, 100)
+    assert np.all(reference_norm(Y, norm) <= res.upper)
+    best, _ = search_lower(3, 1, norm, restarts=4, seed=seed + 1)
+    assert best <= res.upper
+    assert res.upper <= res.lower * 1.0101
+
+
+# -- the shipped table ---------------------------------------------------------------------------------------------
+
+def test_table_shape() -> None:
+    table = json.loads(TABLE.read_text())
+    assert table["version"] == 1 and table["description"]
+    keys = {(e["N"], e["d"], e["norm"]) for e in table["entries"]}
+    expected = {(N, 1, p) for N in range(2, 7) for p in ("2", "inf")} | {(N, 2, p) for N in range(2, 5) for p in ("2", "inf")}
+    assert expected <= keys
+    for e in table["entries"]:
+        for key in ("upper", "lower", "seconds", "boxes", "method", "command", "witness"):
+            assert key in e
+        assert e["command"] == f"python benchmarks/universal_constants.py --N {e['N']} --d {e['d']} --norm {e['norm']}"
+        assert np.asarray(e["witness"]).shape == (e["N"], e["d"])
+        assert isinstance(e["upper"], float) and np.isfinite(e["upper"])
+
+
+@pytest.mark.parametrize("index", range(16))
+def test_table_entry_is_sound(index: int) -> None:
+    entry = entries()[index]
+    rng = np.random.default_rng(index)
+    configurations = random_configurations(rng, entry["N"], entry["d"], 150)
+    best, Y = search_lower(entry["N"], entry["d"], entry["norm"], restarts=2, seed=index)
+    configurations = np.concatenate([configurations, Y[None]])
+    assert table_violations(entry, configurations) == []
+
+
+@settings(max_examples=20, deadline=None)
+@given(index=st.integers(0, 15), scale=st.floats(0.05, 4.0), seed=st.integers(0, 10_000))
+def test_table_dominates_random_configurations(index: int, scale: float, seed: int) -> None:
+    entry = entries()[index]
+    rng = np.random.default_rng(seed)
+    Y = rng.normal(size=(64, entry["N"], entry["d"])) * scale
+    assert np.all(reference_norm(Y, entry["norm"]) <= entry["upper"])
+
+
+def test_table_beats_the_paper_constant() -> None:
+    from certify.bounds import paper_constant  # noqa: F401  (the lead's API exists)
+    from certify.bounds._lambert import phi_inverse
+
+    for e in entries():
+        w = phi_inverse(e["N"] - 1)
+        paper = np.sqrt(e["N"]) * (4 * w + 1) if e["norm"] == "2" else 1 + 4 * np.sqrt(e["d"]) * w
+        assert e["upper"] < paper
+
+
+# -- the same checks catch an enclosure or a table 10% too narrow ---------------------------------------------------
+
+def _narrowed(enc: Dual, factor: float = 0.9) -> Dual:
+    def shrink(x: Interval) -> Interval:
+        mid, rad = 0.5 * (x.lo + x.hi), 0.5 * (x.hi - x.lo)
+        return Interval(mid - factor * rad, mid + factor * rad)
+
+    return Dual(shrink(enc.v), shrink(enc.g))
+
+
+def test_narrow_enclosure_is_caught() -> None:
+    rng = np.random.default_rng(11)
+    par = domain(4, 1, "2", 3.5).par
+    lo, hi = sample_boxes(rng, 4, 1, 0.05, 16)
+    enc = _narrowed(enclose_core_jacobian(Interval(lo, hi), par, with_grad=True))
+    # a box enclosure is not tight, so shrink it to the sampled hull first, then 10% below it
+    samples = np.stack([core_jacobian_float(par.points(lo + rng.uniform(size=lo.shape) * (hi - lo)))
+                        for _ in range(200)])
+    hull = Interval(samples.min(0), samples.max(0))
+    narrow = Dual(Interval(hull.lo + 0.05 * (hull.hi - hull.lo), hull.hi - 0.05 * (hull.hi - hull.lo)), None)
+    assert enclosure_violations(narrow, lo, hi, par, np.random.default_rng(12), samples=40)
+    assert enc.v.lo.shape == narrow.v.lo.shape
+
+
+def test_narrow_box_bounds_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(13)
+    par = domain(3, 1, "2", 3.5).par
+    lo, hi = sample_boxes(rng, 3, 1, 0.01, 16)
+    upper, _, _ = mvf.box_bounds(lo, hi, par, "2")
+    assert box_bound_violations(upper / 1.1, lo, hi, par, "2", rng, samples=10)
+
+
+@pytest.mark.parametrize("index", range(16))
+def test_table_10_percent_too_low_is_caught(index: int) -> None:
+    entry = dict(entries()[index])
+    if entry["upper"] / entry["lower"] >= 1.1:
+        pytest.fail(f"entry {index} has ratio {entry['upper'] / entry['lower']:.3f} >= 1.1; "
+                    "a 10% error could not be caught by lower bounds there")
+    entry["upper"] = entry["upper"] / 1.1
+    rng = np.random.default_rng(index)
+    configurations = np.concatenate([random_configurations(rng, entry["N"], entry["d"], 50),
+                                     np.asarray(entry["witness"])[None]])
+    assert table_violations(entry, configurations)
