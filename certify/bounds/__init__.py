@@ -19,3 +19,5 @@ from ._universal import (
 )
 from ._witness import Witness as Witness, dp_witness as dp_witness
 from ._local import local_bound as local_bound  # local certified bounds by branch and bound (MATH.md section 7)
+from ._global_l2 import GlobalL2Result as GlobalL2Result, global_l2_constant as global_l2_constant
+from ._global_l2_tail import tail_bound as global_l2_tail_bound
