@@ -15,7 +15,8 @@ certified bound on Lip_q(F) over a domain that contains the embedded ball:
   r = min_j m_j / (c_j,q K_q A_q);
 - ``"castin"`` (dot product): Castin et al. on the token ball ||y_i|| <= max_i ||y0_i|| + t(r), where
   t(r) = ||W_e||_2 r (l_2 ball) or ||W_e||_2 sqrt(D_in) r (l_inf ball) bounds each embedded token's move;
-- ``"local"``: `local_bound` (branch and bound) on the embedded eps-ball EpsBall(X W_e, ||W_e||_q r, q).
+- ``"local"``: `local_bound` (branch and bound) on the embedded eps-ball EpsBall(X W_e, ||W_e||_q r, q), and for
+  tied L2 the smaller of that and the global bound (which holds on every domain).
 
 For the domain-dependent bounds, A_q grows with r, and r is certified when m_j >= c_j,q K_q A_q(r) r for all j;
 the largest such r is found by bracketing and bisection, and only radii that passed the test are returned. The l_inf
@@ -141,7 +142,10 @@ def _attention_bound(model: nn.Module, bound: str, q: str, X: torch.Tensor, r: f
         eps = (norm_2(W_e) if q == "2" else norm_inf(W_e)) * r
     else:  # the l_2 ball of radius ||W_e||_2 sqrt(N D_in) r contains the embedded l_inf ball
         eps = norm_2(W_e) * math.sqrt(N * D_in) * r
-    return local_bound(weights, N, q, EpsBall(Y0, round_up(eps), q), time_budget=time_budget).value
+    local = local_bound(weights, N, q, EpsBall(Y0, round_up(eps), q), time_budget=time_budget).value
+    if weights.kind == "l2":  # the global bound holds on every domain: keep the smaller
+        return min(local, _attention_bound(model, "global", q, X, r, p, time_budget))
+    return local
 
 
 def lipschitz_radius(model: nn.Module, X: torch.Tensor, label: int, p: str = "2", bound: str = "global",
