@@ -48,7 +48,10 @@ def exact_n2() -> float:
     """max_g of ||M|| for N = 2, d = 1 (both norms): M = [[a, b], [b, a]], a = p + 2pq g^2, b = q (1 - 2 p g^2),
     p = 1 / (1 + e^{-g^2}); computed here by a 1-D high-precision maximisation, independent of the search."""
     mpmath.mp.dps = 30
-    f = lambda g: (lambda p: p + 2 * p * (1 - p) * g * g + (1 - p) * abs(1 - 2 * p * g * g))(1 / (1 + mpmath.e ** (-g * g)))  # noqa: E731,E501
+    def f(g):
+        p = 1 / (1 + mpmath.e ** (-g * g))
+        return p + 2 * p * (1 - p) * g * g + (1 - p) * abs(1 - 2 * p * g * g)
+
     start = max((mpmath.mpf(k) / 200 for k in range(1, 1000)), key=f)
     return float(f(mpmath.findroot(lambda g: mpmath.diff(f, g), start)))
 

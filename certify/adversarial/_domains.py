@@ -53,7 +53,7 @@ def starting_points(weights: AttentionWeights, N: int, domain: Domain, restarts:
     X = torch.randn(restarts, N, weights.D, generator=generator, dtype=torch.float64) / math.sqrt(weights.D)
     if isinstance(domain, EpsBall):
         noise = 2 * torch.rand(restarts, N, weights.D, generator=generator, dtype=torch.float64) - 1
-        return project(domain.center.to(torch.float64) + domain.eps * noise, domain)
+        return project(domain.center.to(device="cpu", dtype=torch.float64) + domain.eps * noise, domain)
     factor = torch.tensor(scales, dtype=torch.float64)[torch.arange(restarts) % len(scales)]
     factor = factor * natural_scale(weights)
     if isinstance(domain, Ball):

@@ -157,8 +157,9 @@ def _cluster_phase(w: AttentionWeights, N: int, norm: str, domain: Domain, resta
                 lambda v: local.offer(v, c, f"clusters K={K}", m), best, "clusters",
                 1 / (2 * (len(sizes) - k) - 1))
         if local.X is not None:
-            X = expand(local.X, torch.tensor(local.multiplicities))
-            best.offer(torch.tensor([local.value], dtype=torch.float64), X[None], local.phase, torch.tensor([local.multiplicities]))
+            counts = torch.tensor([local.multiplicities])
+            X = expand(local.X.to(device="cpu", dtype=torch.float64), counts[0])
+            best.offer(torch.tensor([local.value], dtype=torch.float64), X[None], local.phase, counts)
             found.append(X)
     return found
 
@@ -167,12 +168,12 @@ def _free_starts(w64: AttentionWeights, N: int, domain: Domain, restarts: int, g
                  seeds: list[torch.Tensor]) -> torch.Tensor:
     """The seed inputs (jittered) first, then a quarter structured (Lemma for L2, Castin for DP), then random."""
     structured = max(2, restarts // 4)
-    if w64.kind == "dp":
-        special = castin_starts(w64, N, domain, structured, generator)
-    elif N >= 2 and not isinstance(domain, EpsBall):
-        special = project(lemma_starts(w64, N, structured, generator), domain)
-    else:
+    if isinstance(domain, EpsBall) or N < 2:
         special = starting_points(w64, N, domain, structured, generator)
+    elif w64.kind == "dp":
+        special = castin_starts(w64, N, domain, structured, generator)
+    else:
+        special = project(lemma_starts(w64, N, structured, generator), domain)
     jittered = [project(X[None] + 0.01 * natural_scale(w64) * torch.randn(X[None].shape, generator=generator,
                                                                                dtype=torch.float64), domain)
                 for X in seeds]

@@ -79,5 +79,5 @@ def castin_starts(weights: AttentionWeights, N: int, domain: Domain, count: int,
         starts.append(X)
     X = torch.stack(starts)
     if isinstance(domain, EpsBall):
-        return project(domain.center.to(torch.float64).expand_as(X).clone(), domain)
+        return project(domain.center.to(device="cpu", dtype=torch.float64).expand_as(X).clone(), domain)
     return project(X, domain)
