@@ -450,3 +450,34 @@ def test_cli_compare_layer_and_classifier(tmp_path, classifiers, capsys):
     bad.write_text("not a checkpoint")
     assert main(["compare", str(bad), "--eps", "0.1"]) == 2
     assert "cannot read checkpoint" in capsys.readouterr().err
+
+
+def test_cli_compare_input_file_and_errors(tmp_path, capsys):
+    from certify.cli import main
+
+    layer_path, X_path, bad_X = tmp_path / "layer.pt", tmp_path / "X.pt", tmp_path / "badX.pt"
+    save_layer(dp_layer(4, 2, seed=4), layer_path)
+    torch.save(centre(2, 4, seed=9), X_path)
+    torch.save(torch.zeros(2, 5, dtype=F64), bad_X)
+    assert main(["compare", str(layer_path), "--eps", "0.01", "--input", str(X_path), "--time-budget", "0.3",
+                 "-p", "2", "--quiet"]) == 0
+    assert "N = 2, D = 4" in capsys.readouterr().out
+    assert main(["compare", str(layer_path), "--eps", "0.01", "--input", str(bad_X)]) == 2
+    assert "--input must hold an (N, D) tensor with D = 4, got (2, 5)" in capsys.readouterr().err
+
+
+def test_benchmark_script_runs(tmp_path, capsys):
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "lirpa_compare.py"
+    spec = importlib.util.spec_from_file_location("lirpa_compare", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path / "bench.json"
+    assert module.main(["--sizes", "2", "--kinds", "l2", "--norms", "inf", "--eps", "0.05", "--time-budget", "0.3",
+                        "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert {r["method"] for r in rows} >= {"IBP", "CROWN", "auto_LiRPA-CROWN-Jacobian", "ours local",
+                                           "attained (PGD)"}
+    assert "ours global (factorised)" in capsys.readouterr().out
