@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             certified = "lower" if r.kind == "lower" else ("yes" if r.certified else "float64")
             table.append((N, D, kind, p, f"{eps:g}", r.method, "-" if r.lipschitz is None else r.lipschitz,
                           r.deviation, certified, f"{r.seconds:.2f}"))
-            rows.append({"N": N, "D": D, "kind": kind, **r.as_row()})
+            rows.append({"N": N, "D": D, "attention": kind, **r.as_row()})
             print("\t".join(str(c) for c in table[-1]), file=sys.stderr, flush=True)
     print(format_rows(header, table))
     if args.json:
@@ -95,7 +95,7 @@ def radii(args: argparse.Namespace) -> int:
                 table.append((kind, f"{accuracy:.3f}", p, s.method, s.mean_radius,
                               *(f"{s.certified_accuracy[e]:.2f}" for e in args.eps),
                               "yes" if s.certified else "float64", f"{s.seconds_per_input:.3f}"))
-                rows.append({"kind": kind, "test_accuracy": accuracy, **s.as_row()})
+                rows.append({"attention": kind, "test_accuracy": accuracy, **s.as_row()})
                 print("\t".join(str(c) for c in table[-1]), file=sys.stderr, flush=True)
     print(format_rows(header, table))
     if args.json:
