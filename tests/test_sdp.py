@@ -235,3 +235,13 @@ def test_cheap_methods_are_sound():
         top = _vertex_norms(enc).max()
         assert top <= magnitude_bound(enc)
         assert top <= enclosure_norm(enc, method="cheap").value <= baseline_bound(enc)
+
+
+def test_primal_and_dual_multipliers_both_certify():
+    """Both recoveries give valid multipliers; on an accurate solve they certify nearly the same value."""
+    enc = _random_enclosure(7, 6, 6)
+    solution = solve_lmi(enc, solver="clarabel")
+    primal, dual = certified_t(enc, solution.a), certified_t(enc, solution.a_dual)
+    top = _vertex_norms(enc).max()
+    assert top <= primal and top <= dual
+    assert dual == pytest.approx(primal, rel=1e-4)

@@ -39,6 +39,8 @@ class LMISolution:
     Attributes:
         a: multipliers a_kl (m, n) recovered as sqrt(a / b) (so that a b = 1 in exact arithmetic); NaN where
             r_kl = 0, and None if the solver returned no point.
+        a_dual: multipliers recovered from the dual matrix Z of the LMI as sqrt(Z22_ll / Z11_kk) (the minimiser of
+            a Z11_kk + b Z22_ll subject to a b = 1); None when the solver gave no usable dual.
         t_solver: the solver's objective; reported, never used as a bound.
         status: CVXPY's status string.
         solver: the solver name.
@@ -50,6 +52,7 @@ class LMISolution:
     status: str
     solver: str
     seconds: float
+    a_dual: np.ndarray | None = None
 
 
 def choose_solver(enclosure: MatrixEnclosure, solver: str) -> str:
@@ -62,7 +65,9 @@ def choose_solver(enclosure: MatrixEnclosure, solver: str) -> str:
 
 
 def build_problem(enclosure: MatrixEnclosure) -> tuple[cp.Problem, cp.Variable, cp.Variable, cp.Variable, np.ndarray]:
-    """The CVXPY problem, its variables (t, a, b) and the (k, l) index pairs of the entries with r_kl > 0."""
+    """The CVXPY problem, its variables (t, a, b) and the (k, l) index pairs of the entries with r_kl > 0.
+
+    The LMI is the problem's first constraint (its dual value is Z)."""
     Jc, R = enclosure.center, enclosure.radius
     m, n = Jc.shape
     rows, cols = np.nonzero(R > 0)
@@ -122,4 +127,18 @@ def solve_lmi(enclosure: MatrixEnclosure, *, solver: str = "auto", time_limit: f
     ratio = np.sqrt(np.maximum(av, tiny) / np.maximum(bv, tiny))
     A = np.full((m, n), np.nan)
     A[idx[:, 0], idx[:, 1]] = ratio
-    return LMISolution(A, t_solver, status, name, seconds)
+    return LMISolution(A, t_solver, status, name, seconds, _dual_multipliers(problem, idx, m, n))
+
+
+def _dual_multipliers(problem: cp.Problem, idx: np.ndarray, m: int, n: int) -> np.ndarray | None:
+    Z = problem.constraints[0].dual_value
+    if Z is None:
+        return None
+    Z = np.asarray(Z, dtype=np.float64)
+    if Z.shape != (m + n, m + n) or not np.all(np.isfinite(Z)):
+        return None
+    z11 = np.maximum(np.diag(Z)[:m], 1e-300)
+    z22 = np.maximum(np.diag(Z)[m:], 1e-300)
+    A = np.full((m, n), np.nan)
+    A[idx[:, 0], idx[:, 1]] = np.sqrt(z22[idx[:, 1]] / z11[idx[:, 0]])
+    return A

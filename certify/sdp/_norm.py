@@ -6,7 +6,9 @@
   (`norm2_upper`).
 - 2-norm, "magnitude": || |J_c| + R ||_2, valid since ||J||_2 <= || |J| ||_2 and the spectral norm is monotone on
   nonnegative matrices. Cheap; sometimes better than the baseline, sometimes worse.
-- 2-norm, "sdp": the relaxation of `_lmi.py`, certified by `_certify.py` from the solver's multipliers only. The
+- 2-norm, "sdp": the relaxation of `_lmi.py`, certified by `_certify.py` from the solver's multipliers only
+  (recovered from the primal as sqrt(a/b) and from the dual as sqrt(Z22_ll / Z11_kk); each is certified and the
+  smaller certified value is kept). The
   returned value is min(sdp, baseline), so it is never above the baseline. If the solver fails or returns no
   point, the baseline is returned with an `SDPFallbackWarning`.
 """
@@ -117,8 +119,14 @@ def enclosure_norm(
             stacklevel=2,
         )
         return _certificate(base, "baseline", norm, start, "SDP failed; baseline ||J_c||_2 + ||R||_2", **details)
-    t_cert = certified_t(enclosure, solution.a)
+    # every candidate set of multipliers is certified independently; the smallest certified value wins
+    candidates = {"primal": solution.a, "dual": solution.a_dual}
+    certified = {name: certified_t(enclosure, a) for name, a in candidates.items() if a is not None}
+    source = min(certified, key=certified.get)
+    t_cert = certified[source]
     details["t_cert"] = t_cert
+    details["multipliers"] = source
+    details["t_cert_by_source"] = certified
     if solution.status != "optimal":
         warnings.warn(
             f"SDP solver {solution.solver} status {solution.status}: its t = {solution.t_solver:.6g} is not used; "
