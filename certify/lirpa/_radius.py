@@ -194,6 +194,8 @@ def lipschitz_radius(model: nn.Module, X: torch.Tensor, label: int, p: str = "2"
 
     first = max(chain_radius(q, attention(q, 1e-4)) for q in chains)
     radius, calls = largest_certified(test, start=max(first, 1e-6), steps=steps)
+    if bound == "local" and model.attention_weights().kind == "l2":  # both radii are certified: keep the larger
+        radius = max(radius, lipschitz_radius(model, X, label, p, "global").value)
     return Radius(method, p, radius, time.perf_counter() - start, True, {"calls": calls + 1})
 
 
