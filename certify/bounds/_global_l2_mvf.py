@@ -87,8 +87,8 @@ def box_bounds(lo: np.ndarray, hi: np.ndarray, par: Parametrisation, norm: str) 
     B, L = lo.shape
     c = np.clip(0.5 * lo + 0.5 * hi, lo, hi)
     h = iv.round_up(np.maximum(hi - c, c - lo))
-    box = enclose_core_jacobian(Interval(lo, hi), par, with_grad=True)
-    centre = enclose_core_jacobian(Interval.point(c), par, with_grad=False).v
+    box = enclose_core_jacobian(Interval(lo, hi), par, with_grad=True, centre=c)
+    centre = box.c
     Mmid, Rm = centre.mid, centre.rad
     Jmid, Jrad = box.g.mid, box.g.rad  # (B, n, n, L)
     hb = h[:, None, None, :]
