@@ -69,24 +69,26 @@ def _latex_name(key: str, norm: str) -> str:
     return rf"\|W^{{{matrix}{' T' if transpose else ''}}}{sub}\|_{{{p}}}"
 
 
-def paper_bound_expr(norm: str, H: int = 1, q_power: int = 4) -> BoundExpression:
+def paper_bound_expr(norm: str, H: int = 1, q_power: int | None = None) -> BoundExpression:
     """Theorem 3.2 bound (module docstring) for H heads; norm symbols W_O (W_OT for inf), W_Q<h>, W_Q<h>T, W_V<h>T.
 
-    `q_power` is the power of ||W^Q_h||_2 under the square root of the 2-norm bound: 4 is the theorem; pass 2
-    only to build the known-false variant (MATH.md section 4, "Known mistakes") for tests of the checks.
+    `q_power` is the total power of the W^Q norms: under the square root of the 2-norm bound (theorem: 4), and
+    (||W^Q_h||_inf ||W^Q_h^T||_inf)^(q_power/2) in the inf-norm bound (theorem: 2). Change it only to build the
+    known-false variants (MATH.md section 4, "Known mistakes": ||W^Q||_2^2) that tests of the checks need.
     """
     w = phi_inverse_expr()
     if norm == "inf":
         names = ["W_OT"] + [f"W_Q{h}" for h in range(1, H + 1)] + [f"W_Q{h}T" for h in range(1, H + 1)] + \
             [f"W_V{h}T" for h in range(1, H + 1)]
         s = {k: sp.Symbol(k, nonnegative=True) for k in names}
-        q = sp.Max(*(s[f"W_Q{h}"] * s[f"W_Q{h}T"] for h in range(1, H + 1)))
+        power = sp.Rational(2 if q_power is None else q_power, 2)
+        q = sp.Max(*((s[f"W_Q{h}"] * s[f"W_Q{h}T"]) ** power for h in range(1, H + 1)))
         v = sp.Max(*(s[f"W_V{h}T"] for h in range(1, H + 1)))
         return BoundExpression("paper", norm, (4 * w + 1 / sp.sqrt(d)) * s["W_OT"] * q * v, s)
     if norm == "2":
         names = ["W_O"] + [f"W_Q{h}" for h in range(1, H + 1)] + [f"W_V{h}" for h in range(1, H + 1)]
         s = {k: sp.Symbol(k, nonnegative=True) for k in names}
-        total = sum(s[f"W_Q{h}"] ** q_power * s[f"W_V{h}"] ** 2 for h in range(1, H + 1))
+        total = sum(s[f"W_Q{h}"] ** (4 if q_power is None else q_power) * s[f"W_V{h}"] ** 2 for h in range(1, H + 1))
         return BoundExpression("paper", norm, sp.sqrt(N) / sp.sqrt(d) * (4 * w + 1) * sp.sqrt(total) * s["W_O"], s)
     raise ValueError(f"norm must be '2' or 'inf', got {norm!r}")
 
@@ -118,11 +120,14 @@ def factorised_bound_expr(norm: str, constant: sp.Expr | None = None) -> BoundEx
 def weight_norms(weights: object, norm: str) -> dict[str, float]:
     """Numeric values (float64) of the norm symbols of `paper_bound_expr` and `factorised_bound_expr`.
 
-    `weights` is a `certify.attention.AttentionWeights`; G_h = W^O_h^T W^{V,h T} V_h, V_h = W^Q_h / d^{1/4}.
+    `weights` is a `certify.attention.AttentionWeights` (or any object with W_Q, W_V, W_O arrays); G_h = W^O_h^T W^{V,h T} V_h, V_h = W^Q_h / d^{1/4}.
     """
     import numpy as np
 
-    W_Q, W_V, W_O = (np.asarray(getattr(weights, k).detach().cpu().double()) for k in ("W_Q", "W_V", "W_O"))
+    def array(value: object) -> np.ndarray:
+        return np.asarray(value.detach().cpu().double() if hasattr(value, "detach") else value, dtype=np.float64)
+
+    W_Q, W_V, W_O = (array(getattr(weights, k)) for k in ("W_Q", "W_V", "W_O"))
     H, D, dd = W_Q.shape
 
     def p(M: np.ndarray) -> float:

@@ -138,10 +138,16 @@ def generalise_exponentials(expr: sp.Basic) -> tuple[sp.Basic, dict[sp.Symbol, s
             symbols[term] = sp.Symbol(f"e_{len(symbols)}", positive=True)
         return symbols[term]
 
+    def canonical(term: sp.Expr) -> sp.Expr:
+        # (y_2 - y_1)^2 and (y_1 - y_2)^2 are the same number: pick one sign for even powers of sums
+        return term.replace(lambda e: e.is_Pow and e.exp.is_even and e.base.is_Add and e.base.could_extract_minus_sign(),
+                            lambda e: sp.Pow(-e.base, e.exp))
+
     def replace(arg: sp.Expr) -> sp.Expr:
         out = sp.Integer(1)
         for term in sp.Add.make_args(arg):
             coeff, rest = term.as_coeff_Mul()
+            rest = canonical(rest)
             if not coeff.is_Rational:
                 coeff, rest = sp.Integer(1), term
             out *= symbol(rest) ** coeff
