@@ -89,23 +89,27 @@ def attention_matrix_function(kind: str, N: int, D: int, d: int,
     return evaluate
 
 
+def _array(value: object) -> np.ndarray:
+    """A float64 numpy copy of a tensor or array."""
+    return np.asarray(value.detach().cpu().double() if hasattr(value, "detach") else value, dtype=np.float64)
+
+
 def oracle_jacobian(X: object, weights: object) -> np.ndarray:
     """Jacobian of F at X for `certify.attention.AttentionWeights`, (B, N, D, N, D), from the symbolic oracle.
 
-    X is a (B, N, D) or (N, D) tensor or array. Per head, with values v_k = W^V^T x_k + b_V (DP),
+    X is a (B, N, D) or (N, D) tensor or array; `weights` may also hold numpy arrays. Per head, with values v_k = W^V^T x_k + b_V (DP),
     (A W^V)^T x_k with A = W^Q W^Q^T / sqrt(d) (tied L2) or W^V^T x_k (untied L2):
         J^h_ij = sum_k v_k (dP_ik / dx_j)^T + P_ij (dv / dx),    J^F_ij = sum_h W^O_h^T J^h_ij,
     with dP from `attention_matrix_function` (SymPy differentiation of the definition).
     """
-    X_array = np.asarray(X.detach().cpu().double() if hasattr(X, "detach") else X, dtype=np.float64)
+    X_array = _array(X)
     if X_array.ndim == 2:
         X_array = X_array[None]
     B, N, D = X_array.shape
     H, D_w, d = tuple(weights.W_Q.shape)
     if D != D_w:
         raise ValueError(f"X must have D = {D_w} columns to match the weights, got shape {X_array.shape}")
-    w = {k: np.asarray(getattr(weights, k).detach().cpu().double()) for k in _WEIGHT_NAMES
-         if getattr(weights, k) is not None}
+    w = {k: _array(getattr(weights, k)) for k in _WEIGHT_NAMES if getattr(weights, k) is not None}
     dp_bias = weights.kind == "dp" and any(k in w for k in ("b_Q", "b_K"))
     f = attention_matrix_function(weights.kind, N, D, d, dp_bias)
     out = np.zeros((B, N, D, N, D))
