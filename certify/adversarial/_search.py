@@ -149,11 +149,12 @@ def _cluster_phase(w: AttentionWeights, N: int, norm: str, domain: Domain, resta
         theta = theta0.to(w.W_Q).requires_grad_(True)
         relaxed = lambda: 1 + (N - K) * torch.softmax(theta, -1)  # noqa: E731
         after = lambda: c.copy_(project(c, domain))  # noqa: E731
-        _ascend([c, theta], lambda: cluster_norm(c, relaxed(), w, norm), steps, learning_rate, after, clock,
+        half = max(steps // 2, 1)
+        _ascend([c, theta], lambda: cluster_norm(c, relaxed(), w, norm), half, learning_rate, after, clock,
                 until, lambda v: None, best, "clusters", 1 / (2 * (len(sizes) - k)))
         m = round_multiplicities(relaxed().detach(), N)
         local = _Best()
-        _ascend([c], lambda: cluster_norm(c, m, w, norm), steps, learning_rate, after, clock, until,
+        _ascend([c], lambda: cluster_norm(c, m, w, norm), half, learning_rate, after, clock, until,
                 lambda v: local.offer(v, c, f"clusters K={K}", m), best, "clusters",
                 1 / (2 * (len(sizes) - k) - 1))
         if local.X is not None:
@@ -193,7 +194,8 @@ def lower_bound(weights: AttentionWeights, N: int, norm: str, domain: Domain = G
     Args:
         weights: the layer. N: sequence length. norm: ``"2"`` or ``"inf"``. domain: `Global`, `Ball`, `EpsBall`.
         restarts: batch size of each ascent (all restarts run as one tensor computation).
-        steps: Adam steps per ascent (each cluster size, each free round, the polish).
+        steps: Adam steps per free round and for the polish; each cluster size gets steps/2 relaxed and steps/2
+            with integer multiplicities (so without ``seconds`` the cost is about (2 + #sizes) * steps steps).
         learning_rate: relative to the layer's natural input scale (`natural_scale`).
         seed: seeds every random start; without ``seconds`` the result is reproducible.
         seconds: time budget for the whole search: clusters until 40% of it, free rounds (each taking half the
@@ -224,7 +226,7 @@ def lower_bound(weights: AttentionWeights, N: int, norm: str, domain: Domain = G
     if isinstance(domain, Ball):
         lr = min(lr, learning_rate * domain.radius)
     best = _Best()
-    total = None if seconds is not None else steps * (2 * len(CLUSTER_SIZES) + 2)
+    total = None if seconds is not None else steps * (len(CLUSTER_SIZES) + 2)
     bar = tqdm(total=total, desc=f"lower bound ({norm}-norm, N={N})", disable=not progress, leave=False)
     clock = _Clock(seconds, bar)
     phases: dict[str, float] = {}

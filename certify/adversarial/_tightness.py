@@ -85,10 +85,14 @@ def default_points(config: str, max_tokens: int) -> list[tuple[int, float | None
 
 
 def tightness(config: str = "unit", norms: tuple[str, ...] = ("inf", "2"), max_tokens: int = 1024,
-              seconds: float = 20.0, baseline: bool = False, seed: int = 0, device: str | None = None,
+              seconds: float | None = 20.0, baseline: bool = False, seed: int = 0, device: str | None = None,
               progress: bool = False, points: list[tuple[int, float | None]] | None = None,
               on_row: Callable[[TightnessRow], None] | None = None, **search: Any) -> list[TightnessRow]:
-    """One row per (N or R, norm): the lower bound, every applicable certified upper bound, and the naive baseline."""
+    """One row per (N or R, norm): the lower bound, every applicable certified upper bound, and the naive baseline.
+
+    ``seconds`` is the search budget per row (None: run ``restarts`` x ``steps`` from ``search``); the naive
+    baseline gets the wall time the search actually used.
+    """
     weights = config_weights(config, seed)
     rows = []
     for N, radius in points or default_points(config, max_tokens):
@@ -102,7 +106,8 @@ def tightness(config: str = "unit", norms: tuple[str, ...] = ("inf", "2"), max_t
             if baseline:
                 if radius is not None:
                     raise InvalidInputError("the naive baseline searches the whole space; use it with L2 configs")
-                naive = naive_lower_bound(weights, N, norm, seconds, seed=seed).value
+                naive = naive_lower_bound(weights, N, norm, lower.seconds, seed=seed,
+                                          device=lower.details["device"]).value
             row = TightnessRow(config, N, radius, norm, lower.value, uppers, lower.seconds, lower.details["found_in"],
                                naive, lower.details["witness"])
             if on_row is not None:
