@@ -133,7 +133,7 @@ def _two_clusters(rng: np.random.Generator, N: int, d: int, r: float) -> tuple[n
     return Y, mask
 
 
-def check_tail(eps_fn: Callable[[float, int, int, str], float], samples: int = 300, seed: int = 0) -> tuple[Status, str]:
+def check_tail(eps_fn: Callable[[float, int, int, str], float], samples: int = 150, seed: int = 0) -> tuple[Status, str]:
     """Sample two-cluster configurations and check ||E||_p <= eps_fn(r, N, d, p) and the recursion inequality."""
     rng = np.random.default_rng(seed)
     worst = 0.0
