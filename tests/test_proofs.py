@@ -101,3 +101,20 @@ def test_a_raising_proof_is_failed() -> None:
 
     result = proofs._runner.run_one("broken", broken)
     assert result.status is Status.FAILED and "ZeroDivisionError: boom" in result.evidence
+
+
+def test_check_helpers_distinguish_proved_checked_failed() -> None:
+    import sympy as sp
+
+    from proofs._check import check_nonnegative, check_zero
+
+    x = sp.Symbol("x", real=True)
+    sample = lambda rng: [rng.uniform(-3, 3)]  # noqa: E731
+    assert check_zero(sp.sin(x) ** 2 + sp.cos(x) ** 2 - 1, [x], "pythagoras", sample)[0] is Status.PROVED
+    assert check_zero(sp.sin(x) - x, [x], "sin = x", sample)[0] is Status.FAILED
+    never = lambda e: e  # noqa: E731  (a simplifier that proves nothing)
+    status, evidence = check_zero(sp.sin(2 * x) - 2 * sp.sin(x) * sp.cos(x), [x], "double angle", sample,
+                                  simplifier=never)
+    assert status is Status.CHECKED and "200 random samples" in evidence
+    assert check_nonnegative(x ** 2, [x], "square", sample)[0] is Status.PROVED
+    assert check_nonnegative(x ** 3, [x], "cube", sample)[0] is Status.FAILED
