@@ -116,7 +116,8 @@ def local_bound(
         N: number of tokens.
         norm: "2" or "inf".
         domain: `Ball(R)` or `EpsBall(X0, eps, p)`.
-        time_budget: seconds for the whole search (lower bound included).
+        time_budget: seconds for the branch and bound; the adversarial lower bound (when `lower` is None) gets
+            0.2 * time_budget more (it may overrun on its first call, which warms up torch).
         tolerance: stop once upper / lower <= tolerance.
         enclosure: "direct", "mean-value" or "auto" (mean-value when N D <= 16).
         sdp_max_size: use the SDP on the leading leaves (2-norm) when N D is at most this; 0 disables it.
@@ -179,6 +180,7 @@ def local_bound(
         if float(values[top]) > best_lower:
             best_lower, witness = float(values[top]), Xp[top].tolist()
 
+    search_start = time.perf_counter()
     counter = itertools.count()
     heap: list[tuple[float, int, bool, Interval]] = []  # (-bound, tie, sdp_refined, box)
     boxes = 0
@@ -207,7 +209,7 @@ def local_bound(
 
     progress = None
     if not quiet:
-        from tqdm.auto import tqdm
+        from tqdm import tqdm
 
         progress = tqdm(total=None, desc="local bnb", unit="box", leave=False)
     stopped = "time"
@@ -220,7 +222,7 @@ def local_bound(
             if -heap[0][0] <= best_lower * tolerance:
                 stopped = "tolerance"
                 break
-            elapsed = time.perf_counter() - start
+            elapsed = time.perf_counter() - search_start
             if elapsed > time_budget:
                 stopped = "time"
                 break
