@@ -83,6 +83,18 @@ def test_ptb_loading_splits_and_encodes(tmp_path):
     assert corpus.decode(corpus.train[:5]) == "ab_c\n" and corpus.decode(corpus.test) == "_cd\n"
     # unigram entropy of the train split by hand: 18 each of a, b, _, c, \n
     assert corpus.unigram_bits() == pytest.approx(math.log2(5), abs=1e-12)
+    # the bigram baseline recomputed by counting character pairs in plain Python (add-0.1 smoothing, 6 symbols);
+    # the text is periodic, so it predicts the validation text almost perfectly
+    valid = corpus.valid
+    assert len(valid) == 10
+    expected = 0.0
+    for a, b in zip(corpus.decode(valid)[:-1], corpus.decode(valid)[1:]):
+        train = corpus.decode(corpus.train)
+        n_ab = sum(1 for x, y in zip(train[:-1], train[1:]) if (x, y) == (a, b))
+        n_a = sum(1 for x in train[:-1] if x == a)
+        expected -= math.log2((n_ab + 0.1) / (n_a + 0.1 * 6))
+    assert corpus.bigram_bits() == pytest.approx(expected / 9, rel=1e-12)
+    assert corpus.bigram_bits() < 0.1
 
 
 def test_default_data_dir_is_next_to_the_repository():
@@ -163,4 +175,5 @@ def test_cli_lm_and_stability_write_json(tmp_path, capsys):
     assert [(r["layers"], r["attention"]) for r in rows] == [(1, "dp"), (1, "l2-tied"), (2, "dp"), (2, "l2-tied")]
     assert all(r["curve"] and not r["diverged"] for r in rows)
     out = capsys.readouterr().out
-    assert "test bpc" in out and "learned" in out
+    assert "test bpc" in out and "< bigram" in out
+    assert all(r["bigram_bits"] < r["unigram_bits"] for r in rows)

@@ -127,12 +127,15 @@ def run_stability(args: argparse.Namespace) -> int:
 
     rows = stability_experiment(corpus, tuple(args.depths), tuple(args.attention), args.minutes, callback=callback,
                                 **_config_options(args), **_train_options(args))
-    unigram = corpus.unigram_bits()
-    print(f"fixed Adam lr {args.lr:g}, no warm-up, {args.minutes:g} min a run; unigram entropy {unigram:.3f} bits")
-    print(format_rows(("layers", "attention", "parameters", "steps", "train bpc", "valid bpc", "diverged", "learned"),
+    unigram, bigram = corpus.unigram_bits(), corpus.bigram_bits()
+    print(f"fixed Adam lr {args.lr:g}, no warm-up, {args.minutes:g} min a run; unigram entropy {unigram:.3f} bits, "
+          f"bigram baseline {bigram:.3f} bits (valid)")
+    print(format_rows(("layers", "attention", "parameters", "steps", "train bpc", "valid bpc", "diverged",
+                       "< unigram", "< bigram"),
                       [(r["layers"], r["attention"], r["parameters"], r["steps"], _fmt(r["train_bpc"]),
-                        _fmt(r["valid_bpc"]), "yes" if r["diverged"] else "no", "yes" if r["learned"] else "no")
-                       for r in rows]))
+                        _fmt(r["valid_bpc"]), "yes" if r["diverged"] else "no", "yes" if r["learned"] else "no",
+                        "yes" if r["beats_bigram"] else "no") for r in rows]))
     write_output(args, {"experiment": "stability", "corpus": corpus.description, "learning_rate": args.lr,
-                        "minutes_per_run": args.minutes, "unigram_bits": unigram, "runs": rows, "complete": True})
+                        "minutes_per_run": args.minutes, "unigram_bits": unigram, "bigram_bits": bigram,
+                        "runs": rows, "complete": True})
     return 0

@@ -386,9 +386,10 @@ def stability_experiment(corpus: CharCorpus, depths: tuple[int, ...], attentions
     """Train every (depth, attention) pair for ``minutes`` at the same fixed Adam learning rate, no warm-up
     (paper Sec. 5.3); record the loss curves, whether training diverged (a non-finite loss), and whether the
     model learned more than character frequencies (final validation bits per character below the unigram
-    entropy of the training text)."""
+    entropy of the training text) and more than the current character tells (below the bigram baseline, which
+    needs no attention)."""
     config_options = {k: options.pop(k) for k in ("D", "H", "context", "ff", "layer_norm", "gamma") if k in options}
-    unigram, rows = corpus.unigram_bits(), []
+    unigram, bigram, rows = corpus.unigram_bits(), corpus.bigram_bits(), []
     for depth in depths:
         for attention in attentions:
             config = LMConfig(corpus.vocab_size, attention, depth, **config_options)
@@ -400,6 +401,7 @@ def stability_experiment(corpus: CharCorpus, depths: tuple[int, ...], attentions
                 "minutes": minutes, "steps": result.steps, "seconds": result.seconds, "diverged": result.diverged,
                 "train_bpc": result.final_train_bpc(), "valid_bpc": final_valid, "unigram_bits": unigram,
                 "learned": bool(math.isfinite(final_valid) and final_valid < unigram),
+                "bigram_bits": bigram, "beats_bigram": bool(math.isfinite(final_valid) and final_valid < bigram),
                 "curve": list(result.curve), "config": dataclasses.asdict(config),
             }
             rows.append(row)
