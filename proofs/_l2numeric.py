@@ -100,7 +100,9 @@ def instances(norm: str, count: int = 64, seed: int = 0, climb: int = 24) -> Ite
     two-cluster inputs at the scale 1/t, the first `climb` pushed up in ||J||_norm by `hill_climb`; plus the exact
     maximiser of the N = 2, D = H = 1 unit layer (scaled by t)."""
     rng = np.random.default_rng(seed)
-    u_star = 0.99017913988439279
+    from certify.symbolic import maximiser_enclosure
+
+    u_star = float(maximiser_enclosure()[0])
     for t in SCALES:  # exact maximiser: gap g with g^2 = 2 u*, for W_Q = t (gap g / t)
         layer = Layer(np.full((1, 1, 1), t), np.ones((1, 1, 1)), np.ones((1, 1)))
         yield np.array([[0.0], [np.sqrt(2 * u_star) / t]]), layer, f"N=2 unit layer, W_Q={t}, exact maximiser"

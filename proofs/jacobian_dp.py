@@ -7,7 +7,9 @@ J^F_ij = sum_h W_O_h^T W_V^{h T} J^h_ij with A_h = W_K W_Q^T / sqrt(d).
 
 Checked by SymPy: the closed form minus the derivative of the definition, with every distinct exponential replaced
 by an independent positive symbol (a generalisation, so zero there implies zero here), is the zero rational
-function. Generic symbols: X (N x D), A (D x D); N = 2, 3 and D = 1, 2; multi-head with N = 2, D = 2, H = 2.
+function. Generic symbols: X (N x D), A (D x D); N = 2, 3 and D = 1, 2. Multi-head: the chain rule through
+F = sum_h g_h(X) W_V^h W_O_h with arbitrary (undefined-function) g_h, N = 2, D = 2, H = 2, plus the identity
+X W_Q (X W_K)^T / sqrt(d) = X A^T X^T (N = 3, D = d = 2).
 """
 
 from __future__ import annotations

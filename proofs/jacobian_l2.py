@@ -8,7 +8,9 @@ and for tied L2 multi-head attention F = concat_h P^h X A_h W_V^h W_O, A_h = W_Q
 J^F_ij = sum_h W_O_h^T W_V^{h T} J^h_ij.
 
 Checked by SymPy as in `jacobian_dp` (exponentials generalised to independent symbols, difference the zero
-rational function). A is a generic symmetric matrix, which covers every A = W_Q W_Q^T / sqrt(d).
+rational function). A is a generic symmetric matrix, which covers every A = W_Q W_Q^T / sqrt(d). Multi-head:
+the chain rule through F = sum_h g_h(X) W_V^h W_O_h for arbitrary g_h (N = 2, D = 2, H = 2), plus the logit
+identity ||(x_i - x_j)^T W_Q||^2 / sqrt(d) = (x_i - x_j)^T A (x_i - x_j) (N = 3, D = d = 2).
 """
 
 from __future__ import annotations
