@@ -21,8 +21,8 @@ import sympy as sp
 from certify.symbolic import (differentiate, dp_closed_form,
                               matrices_equal, softmax_rows, symbol_matrix, symbolic_input)
 from proofs._composition import check_composition, check_dp_logits
-from proofs._check import Check, fact, matrix_identity
-from proofs._result import ProofResult, Status, combine
+from proofs._check import Check, matrix_identity
+from proofs._result import ProofResult, combine
 
 CLAIM = ("DP closed form J_ij = X^T P^(i) [E_ji X A^T + X A delta_ij] + P_ij I equals d f_i/d x_j for "
          "f = softmax(X A^T X^T) X (N <= 3, D <= 2, generic symbols), and J^F_ij = sum_h W_O_h^T W_V^hT J^h_ij")

@@ -22,8 +22,8 @@ import sympy as sp
 from certify.symbolic import (differentiate, l2_closed_form,
                               matrices_equal, softmax_rows, symbolic_input)
 from proofs._composition import check_composition, check_l2_logits
-from proofs._check import Check, fact, matrix_identity
-from proofs._result import ProofResult, Status, combine
+from proofs._check import Check, matrix_identity
+from proofs._result import ProofResult, combine
 
 CLAIM = ("L2 closed form J_ij = P_ij A + 2 P_ij A (x_j - xbar_i)(x_i - x_j)^T A (j != i), J_ii = P_ii A + "
          "2 A Cov_{P_i}(x) A equals d f_i/d x_j for f = P X A (N <= 3, D <= 2, generic symmetric A), and the "
