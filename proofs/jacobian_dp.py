@@ -18,10 +18,9 @@ from collections.abc import Callable
 
 import sympy as sp
 
-from certify.symbolic import (differentiate, dp_closed_form,
-                              matrices_equal, softmax_rows, symbol_matrix, symbolic_input)
-from proofs._composition import check_composition, check_dp_logits
+from certify.symbolic import differentiate, dp_closed_form, matrices_equal, softmax_rows, symbol_matrix, symbolic_input
 from proofs._check import Check, matrix_identity
+from proofs._composition import check_composition, check_dp_logits
 from proofs._result import ProofResult, combine
 
 CLAIM = ("DP closed form J_ij = X^T P^(i) [E_ji X A^T + X A delta_ij] + P_ij I equals d f_i/d x_j for "

@@ -19,10 +19,9 @@ from collections.abc import Callable
 
 import sympy as sp
 
-from certify.symbolic import (differentiate, l2_closed_form,
-                              matrices_equal, softmax_rows, symbolic_input)
-from proofs._composition import check_composition, check_l2_logits
+from certify.symbolic import differentiate, l2_closed_form, matrices_equal, softmax_rows, symbolic_input
 from proofs._check import Check, matrix_identity
+from proofs._composition import check_composition, check_l2_logits
 from proofs._result import ProofResult, combine
 
 CLAIM = ("L2 closed form J_ij = P_ij A + 2 P_ij A (x_j - xbar_i)(x_i - x_j)^T A (j != i), J_ii = P_ii A + "
