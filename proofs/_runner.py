@@ -51,7 +51,12 @@ def run_module(name: str, inject: str | None = None) -> ProofResult | None:
         return ProofResult(claim=f"(import of {name} failed)", status=Status.FAILED,
                            evidence=f"{type(exc).__name__}: {exc}", name=name)
     if inject is None:
-        return run_one(name, module.prove)
+        prove = getattr(module, "prove", None)
+        if not callable(prove):
+            return ProofResult(claim=f"({name} has no prove())", status=Status.FAILED,
+                               evidence="a proof module must define prove() -> ProofResult (see proofs/README.md)",
+                               name=name)
+        return run_one(name, prove)
     injections: dict[str, Callable[[], ProofResult]] = getattr(module, "INJECTIONS", {})
     if inject not in injections:
         return None
