@@ -303,29 +303,25 @@ def test_table_beats_the_paper_constant() -> None:
 
 # -- the same checks catch an enclosure or a table 10% too narrow ---------------------------------------------------
 
-def _narrowed(enc: Dual, factor: float = 0.9) -> Dual:
-    def shrink(x: Interval) -> Interval:
-        mid, rad = 0.5 * (x.lo + x.hi), 0.5 * (x.hi - x.lo)
-        return Interval(mid - factor * rad, mid + factor * rad)
-
-    return Dual(shrink(enc.v), shrink(enc.g))
-
-
 def test_narrow_enclosure_is_caught() -> None:
+    """An enclosure 10% narrower than the sampled range of M (5% cut at each end) fails ``enclosure_violations``.
+
+    (The interval enclosures themselves are wider than the true range, so cutting 10% off them is not always an
+    error; the sampled hull is the tightest enclosure the samples allow, so 10% less than it must be caught.)
+    """
     rng = np.random.default_rng(11)
     par = domain(4, 1, "2", 3.5).par
     lo, hi = sample_boxes(rng, 4, 1, 0.05, 16)
-    enc = _narrowed(enclose_core_jacobian(Interval(lo, hi), par, with_grad=True))
-    # a box enclosure is not tight, so shrink it to the sampled hull first, then 10% below it
     samples = np.stack([core_jacobian_float(par.points(lo + rng.uniform(size=lo.shape) * (hi - lo)))
                         for _ in range(200)])
-    hull = Interval(samples.min(0), samples.max(0))
-    narrow = Dual(Interval(hull.lo + 0.05 * (hull.hi - hull.lo), hull.hi - 0.05 * (hull.hi - hull.lo)), None)
+    width = samples.max(0) - samples.min(0)
+    narrow = Dual(Interval(samples.min(0) + 0.05 * width, samples.max(0) - 0.05 * width), None)
     assert enclosure_violations(narrow, lo, hi, par, np.random.default_rng(12), samples=40)
-    assert enc.v.lo.shape == narrow.v.lo.shape
+    honest = enclose_core_jacobian(Interval(lo, hi), par, with_grad=False)
+    assert enclosure_violations(honest, lo, hi, par, np.random.default_rng(12), samples=40) == []
 
 
-def test_narrow_box_bounds_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_narrow_box_bounds_are_caught() -> None:
     rng = np.random.default_rng(13)
     par = domain(3, 1, "2", 3.5).par
     lo, hi = sample_boxes(rng, 3, 1, 0.01, 16)
