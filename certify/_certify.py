@@ -59,7 +59,8 @@ def make_domain(radius: float | None) -> Domain:
 
 def certify_layer(layer: torch.nn.Module | AttentionWeights, tokens: int, norm: str = "2",
                   radius: float | None = None, methods: Sequence[str] | None = None, lower: bool = True,
-                  lower_options: dict[str, Any] | None = None, progress: bool = False) -> Report:
+                  lower_options: dict[str, Any] | None = None, time_budget: float = 10.0,
+                  progress: bool = False) -> Report:
     """Certify Lip_norm of an attention layer on sequences of ``tokens`` tokens.
 
     Args:
@@ -69,8 +70,10 @@ def certify_layer(layer: torch.nn.Module | AttentionWeights, tokens: int, norm: 
         norm: ``"2"`` or ``"inf"`` (on vec(X), MATH.md section 0).
         radius: if given, certify on the domain where every token has ||x_i||_2 <= radius. Required for
             dot-product and untied L2 attention, which are not globally Lipschitz.
-        methods: names from ``certify.bounds.METHODS`` (default: every method that applies).
+        methods: names from ``certify.bounds.METHODS``, or ``["all"]`` (default: every default method that applies).
         lower: also run the adversarial search for a lower bound on the same domain.
+        time_budget: seconds for each searching method (branch and bound, and the adversarial lower bound);
+            Ctrl-C inside a branch and bound keeps its bound.
     """
     weights = as_weights(layer)
     check_tokens(tokens)
@@ -78,21 +81,25 @@ def certify_layer(layer: torch.nn.Module | AttentionWeights, tokens: int, norm: 
     domain = make_domain(radius)
     if isinstance(domain, Global):
         require_global_lipschitz(weights)
-    if methods is None:
-        chosen = [m for m in METHODS.values() if m.applies(weights, domain)]
+    if methods is None or list(methods) == ["all"]:
+        chosen = [m for m in METHODS.values()
+                  if m.applies(weights, domain, tokens, norm) and (methods is not None or m.default)]
     else:
         unknown = [name for name in methods if name not in METHODS]
         if unknown:
             raise InvalidInputError(f"unknown method(s) {unknown}; known: {sorted(METHODS)}")
         chosen = [METHODS[name] for name in methods]
-        inapplicable = [m.name for m in chosen if not m.applies(weights, domain)]
+        inapplicable = [m.name for m in chosen if not m.applies(weights, domain, tokens, norm)]
         if inapplicable:
             raise InvalidInputError(
-                f"method(s) {inapplicable} do not apply to {weights.kind!r} attention on domain {domain.scope}"
+                f"method(s) {inapplicable} do not apply to {weights.kind!r} attention on domain {domain.scope} "
+                f"in the {norm}-norm with N = {tokens}"
             )
     if not chosen:
         raise InvalidInputError(f"no certified method applies to {weights.kind!r} attention on domain {domain.scope}")
-    certificates = [m.compute(weights, tokens, norm, domain) for m in chosen]
+    certificates = [m.compute(weights, tokens, norm, domain, time_budget=time_budget, progress=progress)
+                    for m in chosen]
     if lower:
-        certificates.append(lower_bound(weights, tokens, norm, domain, progress=progress, **(lower_options or {})))
+        options = {"seconds": time_budget, **(lower_options or {})}
+        certificates.append(lower_bound(weights, tokens, norm, domain, progress=progress, **options))
     return Report(weights.describe(), tokens, norm, domain.scope, tuple(certificates))

@@ -67,12 +67,37 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def errata() -> dict[str, str]:
+    """Proof modules that check a statement of MATH.md *as written* which certify does not rely on (module-level
+    ``ERRATUM = "..."`` says what is wrong and where the corrected claim is proved), by name."""
+    found = {}
+    for name in proof_names():
+        try:
+            note = getattr(_load(name), "ERRATUM", None)
+        except Exception:  # an unimportable module is reported FAILED by run_module
+            continue
+        if note:
+            found[name] = note
+    return found
+
+
+def counts_as_failure(result: ProofResult, strict: bool = False) -> bool:
+    """A FAILED claim fails the run, except a FAILED erratum of MATH.md (unless strict)."""
+    return not result.ok and (strict or result.name not in errata())
+
+
 def markdown_report(results: Sequence[ProofResult], total_seconds: float, inject: str | None = None) -> str:
-    """The Markdown report: a summary line, then one table row per claim."""
+    """The Markdown report: a summary line, the MATH.md errata found, then one table row per claim."""
     counts = {s: sum(r.status is s for r in results) for s in Status}
     lines = ["# certify proofs report", ""]
     if inject:
         lines += [f"Injected error: `{inject}` (deliberately wrong input; these checks must FAIL).", ""]
+    found = [(r, errata()[r.name]) for r in results if r.name in errata() and not r.ok]
+    if found:
+        lines += ["**MATH.md errata.** These statements of MATH.md are false as written (FAILED below, with the "
+                  "counterexample). certify does not rely on them; each note says where the corrected claim is "
+                  "proved. They do not fail the run unless `--strict` is given.", ""]
+        lines += [f"- `{r.name}`: {_cell(note)}" for r, note in found] + [""]
     lines += [
         f"{len(results)} claims: {counts[Status.PROVED]} PROVED, {counts[Status.CHECKED]} CHECKED, "
         f"{counts[Status.FAILED]} FAILED; total {total_seconds:.1f} s.",
@@ -127,6 +152,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "they must FAIL, so the exit code is then non-zero")
     parser.add_argument("--list", action="store_true", help="list proofs and injectable errors, then exit")
     parser.add_argument("--quiet", action="store_true", help="print only the summary line")
+    parser.add_argument("--strict", action="store_true",
+                        help="also fail on FAILED errata of MATH.md (statements certify does not rely on)")
 
 
 def run_args(args: argparse.Namespace) -> int:
@@ -147,10 +174,12 @@ def run_args(args: argparse.Namespace) -> int:
     total = time.perf_counter() - start
     report = markdown_report(results, total, args.inject_error)
     Path(args.report).write_text(report)
-    failed = sum(not r.ok for r in results)
+    failed = sum(counts_as_failure(r, args.strict) for r in results)
+    known = sum(not r.ok for r in results) - failed
     if not args.quiet:
         print(text_table(results))
-    print(f"{len(results)} claims, {failed} FAILED, {total:.1f} s; report written to {args.report}")
+    note = f" (and {known} FAILED MATH.md erratum, see the report)" if known else ""
+    print(f"{len(results)} claims, {failed} FAILED{note}, {total:.1f} s; report written to {args.report}")
     return 1 if failed or not results else 0
 
 

@@ -4,7 +4,7 @@ and two other tokens at (a/b) t +- delta; then d f_i / d x_i grows without bound
 Read literally (delta fixed), this is FALSE: for a != b the token-i logit -(a - b)^2 t^2 vanishes against the two
 equal logits -(b delta)^2, so P_i -> (0, 1/2, 1/2) and d f_i/d x_i -> 2 a b delta^2, a finite limit (SymPy
 `limit`, N = 3). The theorem itself holds with delta growing with t: see `untied_l2_not_lipschitz`.
-This proof reports the literal claim; it FAILS until MATH.md states the witness with delta = delta(t).
+This proof reports the literal claim; it FAILS until MATH.md states the witness with delta = delta(t). It is\nmarked ERRATUM, so `python -m proofs` reports it without failing the run (`--strict` fails on it).
 """
 
 from __future__ import annotations
@@ -14,6 +14,10 @@ import sympy as sp
 from proofs._check import Check, fact
 from proofs._result import ProofResult, combine
 from proofs.untied_l2_not_lipschitz import PAIRS, witness_limit
+
+ERRATUM = ("MATH.md section 1's untied-L2 counterexample with delta fixed has a finite limit 2 a b delta^2; with "
+           "delta = |a - b| t / (2 b) it is unbounded, which `untied_l2_not_lipschitz` proves (PROVED): untied L2 "
+           "is not Lipschitz, and certify's refusal stands.")
 
 CLAIM = ("MATH.md's untied-L2 witness as stated: x_i = t, two tokens at (a/b) t +- delta (delta fixed) makes "
          "d f_i/d x_i unbounded in t")

@@ -41,7 +41,8 @@ def check_schema(document: dict, norm: str) -> None:
 @pytest.mark.parametrize("norm", ["2", "inf"])
 def test_layer_prints_table_and_writes_json(capsys, tmp_path, l2_checkpoint, norm):
     out_file = tmp_path / "out.json"
-    code, out, err = run(capsys, "layer", l2_checkpoint, "--tokens", 5, "--norm", norm, "--json", out_file, "--quiet")
+    code, out, err = run(capsys, "layer", l2_checkpoint, "--tokens", 5, "--norm", norm, "--json", out_file, "--quiet",
+                         "--time-budget", 2)
     assert code == 0, err
     for column in ("method", "kind", "scope", "value", "certified", "seconds"):
         assert column in out
@@ -57,7 +58,7 @@ def test_multihead_attention_state_dict_with_heads_and_radius(capsys, tmp_path):
     torch.save(torch.nn.MultiheadAttention(6, 3, batch_first=True).state_dict(), path)
     out_file = tmp_path / "mha.json"
     code, out, err = run(capsys, "layer", path, "--heads", 3, "--tokens", 4, "--norm", "2", "--radius", 1.5,
-                         "--json", out_file, "--quiet")
+                         "--json", out_file, "--quiet", "--time-budget", 2)
     assert code == 0, err
     document = json.loads(out_file.read_text())
     check_schema(document, "2")
@@ -140,10 +141,32 @@ def test_method_that_does_not_apply_is_refused(capsys, l2_checkpoint):
 
 def test_demo_prints_both_tables_and_valid_json(capsys, tmp_path):
     out_file = tmp_path / "demo.json"
-    code, out, err = run(capsys, "demo", "--json", out_file, "--quiet")
+    code, out, err = run(capsys, "demo", "--json", out_file, "--quiet", "--time-budget", 2)
     assert code == 0, err
     assert "L2-MHA" in out and "DP-MHA" in out
     reports = json.loads(out_file.read_text())["reports"]
     assert {r["layer"]["kind"] for r in reports} == {"l2", "dp"}
     for report in reports:
         check_schema(report, report["norm"])
+
+
+def test_branch_and_bound_methods_with_time_budget(capsys, tmp_path):
+    """--method bnb: local on a ball (DP), global for a d = 1 L2 head; each certified and above its lower bound."""
+    torch.manual_seed(0)
+    save_layer(DotProductMultiheadAttention(2, 1, dtype=torch.float64), tmp_path / "dp.pt")
+    save_layer(L2MultiheadAttention(1, 1, dtype=torch.float64), tmp_path / "l2.pt")
+    for path, extra in ((tmp_path / "dp.pt", ["--radius", "1"]), (tmp_path / "l2.pt", [])):
+        out_file = tmp_path / "bnb.json"
+        code, out, err = run(capsys, "layer", path, "--tokens", 2, "--norm", "2", "--method", "bnb",
+                             "--time-budget", 2, "--json", out_file, "--quiet", *extra)
+        assert code == 0, err
+        document = json.loads(out_file.read_text())
+        check_schema(document, "2")
+        assert [r["method"] for r in document["results"] if r["kind"] == "upper"] == ["bnb"]
+
+
+def test_sdp_method_needs_the_two_norm_and_a_domain(capsys, l2_checkpoint):
+    expect_error(capsys, "do not apply", "layer", l2_checkpoint, "--tokens", 3, "--norm", "inf", "--radius", 1,
+                 "--method", "sdp", "--quiet")
+    expect_error(capsys, "do not apply", "layer", l2_checkpoint, "--tokens", 3, "--norm", "2", "--method", "sdp",
+                 "--quiet")

@@ -53,6 +53,17 @@ def test_untied_witness_as_stated_has_a_finite_limit(results: dict[str, ProofRes
     assert results["untied_l2_not_lipschitz"].status is Status.PROVED
 
 
+def test_errata_are_reported_but_only_strict_runs_fail_on_them(tmp_path: Path) -> None:
+    from proofs._runner import errata
+
+    assert set(errata()) == KNOWN_FALSE
+    report = tmp_path / "report.md"
+    assert main(["untied_l2_witness_as_stated", "untied_l2_not_lipschitz", "--report", str(report), "--quiet"]) == 0
+    text = report.read_text()
+    assert "MATH.md errata" in text and "**FAILED**" in text
+    assert main(["untied_l2_witness_as_stated", "--report", str(report), "--quiet", "--strict"]) == 1
+
+
 @pytest.mark.parametrize("name, error", [("jacobian_dp", "jacobian"), ("jacobian_l2", "jacobian"),
                                          ("bound_2_chain", "bound"), ("bound_inf_chain", "bound")])
 def test_injected_errors_fail(name: str, error: str) -> None:
@@ -74,7 +85,7 @@ def test_runner_exit_codes_and_report(tmp_path: Path) -> None:
     assert main(["phi_inverse", "lemma_softmax_bound", "--report", str(report), "--quiet"]) == 0
     text = report.read_text()
     assert "| `phi_inverse` | **PROVED** |" in text and "| `lemma_softmax_bound` | **PROVED** |" in text
-    assert main(["untied_l2_witness_as_stated", "--report", str(report), "--quiet"]) == 1
+    assert main(["untied_l2_witness_as_stated", "--report", str(report), "--quiet", "--strict"]) == 1
     assert "**FAILED**" in report.read_text()
     assert main(["--inject-error", "jacobian", "jacobian_dp", "--report", str(report), "--quiet"]) == 1
     assert "Injected error: `jacobian`" in report.read_text()

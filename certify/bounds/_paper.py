@@ -28,9 +28,9 @@ THEOREM_3_1 = (
     "without bound as the inputs grow. Ask for a bounded domain instead, e.g. every token in a ball (--radius R)."
 )
 UNTIED = (
-    "L2 attention with untied W^K != W^Q is not Lipschitz (MATH.md section 1: with D = 1 and logits "
-    "-(a x_i - b x_j)^2, d f_i/d x_i grows without bound); only tied L2 attention has a global bound. Ask for a "
-    "bounded domain instead."
+    "L2 attention with untied W^K != W^Q is not Lipschitz (MATH.md section 1; proofs/untied_l2_not_lipschitz.py: "
+    "with D = 1, logits -(a x_i - b x_j)^2, x_i = t and two tokens at (a/b) t +- |a - b| t / (2b), d f_i/d x_i "
+    "grows without bound in t); only tied L2 attention has a global bound. Ask for a bounded domain instead."
 )
 
 

@@ -1,11 +1,14 @@
 """One registry of certified upper-bound methods, shared by the Python API and the CLI.
 
-Each `Method` declares, as data, which attention kinds it covers, which domains it needs, and its guarantee.
-A global method also bounds every local domain (its certificate's scope stays "global").
+Each `Method` declares, as data, which attention kinds it covers, which domains and norms it needs, whether it
+runs by default, and its guarantee. A global method also bounds every local domain (its certificate's scope stays
+"global"). ``compute(weights, N, norm, domain, time_budget=..., progress=...)``: methods that search use the time
+budget; the closed forms ignore it.
 
-Adding a bound: write it in its own file as ``f(weights, N, norm, domain) -> Certificate`` returning a
+Adding a bound: write it in its own file as ``f(weights, N, norm, domain, ...) -> Certificate`` returning a
 certified, rounded-up value; register it here with its kinds and domains; add a test that adversarial lower
-bounds never exceed it (tests/test_bounds.py) and one that a deliberately wrong version fails.
+bounds never exceed it and one that a deliberately wrong version fails. Forgetting the rounding or the test
+fails silently: nothing else checks them.
 """
 
 from __future__ import annotations
@@ -13,9 +16,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from .._domain import Ball, Domain, Global
+from .._domain import Ball, Domain, EpsBall, Global
 from .._result import Certificate
 from ..attention import AttentionWeights
+from ._branch_and_bound import branch_and_bound, global_bnb_applies
 from ._castin import castin_bound
 from ._factorised import factorised_bound
 from ._paper import paper_bound
@@ -26,11 +30,16 @@ class Method:
     name: str
     kinds: tuple[str, ...]
     domains: tuple[type, ...]  # domain types it can certify; Global means "any domain, scope global"
-    compute: Callable[[AttentionWeights, int, str, Domain], Certificate]
+    compute: Callable[..., Certificate]
     guarantee: str
+    norms: tuple[str, ...] = ("2", "inf")
+    default: bool = True  # part of the default set (every applicable default method)
+    extra: Callable[[AttentionWeights, int, Domain], bool] = lambda weights, N, domain: True
 
-    def applies(self, weights: AttentionWeights, domain: Domain) -> bool:
-        return weights.kind in self.kinds and (Global in self.domains or isinstance(domain, self.domains))
+    def applies(self, weights: AttentionWeights, domain: Domain, N: int = 2, norm: str = "2") -> bool:
+        covered = Global in self.domains or isinstance(domain, self.domains)
+        return (weights.kind in self.kinds and covered and norm in self.norms
+                and self.extra(weights, N, domain))
 
 
 METHODS: dict[str, Method] = {}
@@ -43,9 +52,18 @@ def register(method: Method) -> Method:
     return method
 
 
-register(Method("paper", ("l2",), (Global,), lambda w, N, norm, domain: paper_bound(w, N, norm),
+register(Method("paper", ("l2",), (Global,), lambda w, N, norm, domain, **_: paper_bound(w, N, norm),
                 "Theorem 3.2 of Kim et al. (2021)"))
-register(Method("factorised", ("l2",), (Global,), lambda w, N, norm, domain: factorised_bound(w, N, norm),
+register(Method("factorised", ("l2",), (Global,), lambda w, N, norm, domain, **_: factorised_bound(w, N, norm),
                 "||G|| c(N, d) ||V|| with a certified universal constant (MATH.md section 2)"))
-register(Method("castin", ("dp",), (Ball,), lambda w, N, norm, domain: castin_bound(w, N, domain.radius, norm),
+register(Method("castin", ("dp",), (Ball,), lambda w, N, norm, domain, **_: castin_bound(w, N, domain.radius, norm),
                 "Castin, Ablin & Peyre (2024), tokens in a ball"))
+register(Method("bnb", ("dp", "l2"), (Ball, EpsBall, Global),
+                lambda w, N, norm, domain, **options: branch_and_bound(w, N, norm, domain, **options),
+                "branch and bound: over boxes of X on a bounded domain, or over projected configurations for the "
+                "global L2 constant (MATH.md section 7, proofs/tail_bound.py)",
+                extra=lambda w, N, domain: not isinstance(domain, Global) or global_bnb_applies(w, N)))
+register(Method("sdp", ("dp", "l2"), (Ball, EpsBall),
+                lambda w, N, norm, domain, **options: branch_and_bound(w, N, norm, domain, sdp=True, **options),
+                "local branch and bound with certified SDP norm bounds on the leading boxes (certify.sdp)",
+                norms=("2",), default=False))

@@ -6,13 +6,15 @@ import argparse
 
 from .._certify import certify_layer
 from ..experiments import ToyTask, train_toy_layer
-from ._common import add_output_flags, print_report, witness_sentence, write_output
+from ._common import add_output_flags, positive_float, print_report, witness_sentence, write_output
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("demo", help="train two small attention layers and certify them",
                                    description=run.__doc__)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--time-budget", type=positive_float, default=5.0, metavar="SECONDS",
+                        help="seconds for each searching method per table (default 5)")
     add_output_flags(parser)
     parser.set_defaults(run=run)
 
@@ -28,7 +30,8 @@ def run(args: argparse.Namespace) -> int:
         layer, loss = train_toy_layer(kind, task, seed=args.seed)
         name = {"l2": "L2-MHA (tied)", "dp": "DP-MHA"}[kind]
         for norm in ("2", "inf"):
-            report = certify_layer(layer, task.N, norm, radius=radius, progress=not args.quiet)
+            report = certify_layer(layer, task.N, norm, radius=radius, time_budget=args.time_budget,
+                                   progress=not args.quiet)
             domain = "global" if radius is None else f"tokens in the ball R = {radius:g}"
             print_report(report, f"{name}, N = {task.N}, D = {task.D}, H = {task.H}, {norm}-norm, {domain} "
                                  f"(toy test MSE {loss:.4f})")

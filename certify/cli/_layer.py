@@ -20,8 +20,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--radius", type=positive_float,
                         help="certify with every token in ||x_i||_2 <= R (required for dot-product attention)")
     parser.add_argument("--heads", type=positive_int, help="number of heads (torch.nn.MultiheadAttention state dicts)")
-    parser.add_argument("--method", action="append", choices=sorted(METHODS),
-                        help="certified method(s) to run (repeatable; default: every one that applies)")
+    parser.add_argument("--method", action="append", choices=[*METHODS, "all"],
+                        help="certified method(s) to run (repeatable; default: every default one that applies; "
+                             "'all' adds the slower sdp)")
+    parser.add_argument("--time-budget", type=positive_float, default=10.0, metavar="SECONDS",
+                        help="seconds for each branch-and-bound method (default 10); Ctrl-C keeps the bound so far")
     parser.add_argument("--no-lower", action="store_true", help="skip the adversarial lower bound")
     add_output_flags(parser)
     parser.set_defaults(run=run)
@@ -36,8 +39,9 @@ def run(args: argparse.Namespace) -> int:
     layer = load_layer(args.checkpoint, num_heads=args.heads)
     if args.radius is None and layer.attention_weights().kind == "dp":
         raise NotLipschitzError(f"{THEOREM_3_1} {witness_sentence(layer.attention_weights(), args.tokens, args.norm)}")
-    report = certify_layer(layer, args.tokens, args.norm, radius=args.radius, methods=args.method,
-                           lower=not args.no_lower, progress=not args.quiet)
+    methods = ["all"] if args.method and "all" in args.method else args.method
+    report = certify_layer(layer, args.tokens, args.norm, radius=args.radius, methods=methods,
+                           lower=not args.no_lower, time_budget=args.time_budget, progress=not args.quiet)
     print_report(report, f"{type(layer).__name__} from {args.checkpoint}, N = {args.tokens}, {args.norm}-norm, "
                          f"{report.domain}")
     write_output(args, report.to_json())
