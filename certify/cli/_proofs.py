@@ -11,7 +11,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "proofs", help="check every claim symbolically or numerically and write a Markdown report",
         description="Run proofs/<name>.py for every claim: PROVED (SymPy), CHECKED (numeric or interval, with "
-                    "sample counts) or FAILED (with a counterexample). Exit status 1 if any claim FAILED.")
+                    "sample counts) or FAILED (with a counterexample). Exit status 1 if any claim FAILED, except a FAILED "
+                    "erratum of MATH.md (a statement certify does not rely on; --strict counts those too).")
     add_arguments(parser)
     parser.set_defaults(run=run)
 
