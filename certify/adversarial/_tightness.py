@@ -29,6 +29,7 @@ from ._search import lower_bound
 
 CONFIGS = ("unit", "multihead", "dp")
 DP_TOKENS = 8
+METHODS_SHOWN = {"unit": ("paper", "factorised"), "multihead": ("paper", "factorised"), "dp": ("castin",)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,12 +88,18 @@ def default_points(config: str, max_tokens: int) -> list[tuple[int, float | None
 def tightness(config: str = "unit", norms: tuple[str, ...] = ("inf", "2"), max_tokens: int = 1024,
               seconds: float | None = 20.0, baseline: bool = False, seed: int = 0, device: str | None = None,
               progress: bool = False, points: list[tuple[int, float | None]] | None = None,
-              on_row: Callable[[TightnessRow], None] | None = None, **search: Any) -> list[TightnessRow]:
+              on_row: Callable[[TightnessRow], None] | None = None, methods: tuple[str, ...] | None = None,
+              **search: Any) -> list[TightnessRow]:
     """One row per (N or R, norm): the lower bound, every applicable certified upper bound, and the naive baseline.
 
     ``seconds`` is the search budget per row (None: run ``restarts`` x ``steps`` from ``search``); the naive
-    baseline gets the wall time the search actually used.
+    baseline gets the wall time the search actually used. ``methods``: certified methods to compare with (default
+    `METHODS_SHOWN`, the closed-form ones; the slower branch-and-bound methods can be named here).
     """
+    names = METHODS_SHOWN[config] if methods is None else methods
+    unknown = [name for name in names if name not in METHODS]
+    if unknown:
+        raise InvalidInputError(f"unknown method(s) {unknown}; known: {sorted(METHODS)}")
     weights = config_weights(config, seed)
     rows = []
     for N, radius in points or default_points(config, max_tokens):
@@ -100,8 +107,8 @@ def tightness(config: str = "unit", norms: tuple[str, ...] = ("inf", "2"), max_t
         for norm in norms:
             lower = lower_bound(weights, N, norm, domain, seed=seed, seconds=seconds, device=device,
                                 progress=progress, **search)
-            uppers = {m.name: m.compute(weights, N, norm, domain).value
-                      for m in METHODS.values() if m.applies(weights, domain)}
+            uppers = {name: METHODS[name].compute(weights, N, norm, domain).value
+                      for name in names if METHODS[name].applies(weights, domain, N, norm)}
             naive = None
             if baseline:
                 if radius is not None:

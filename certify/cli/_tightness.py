@@ -8,6 +8,7 @@ import sys
 
 from ..adversarial import CONFIGS, TightnessRow, plot_tightness, tightness
 from ..adversarial._tightness import check_against_uppers
+from ..bounds import METHODS
 from ..report import format_rows
 from ._common import add_output_flags, positive_float, positive_int, write_output
 
@@ -22,6 +23,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-tokens", type=positive_int, default=1024, help="largest N (powers of two from 2)")
     parser.add_argument("--seconds", type=positive_float, default=20.0, help="search time per (N, norm)")
     parser.add_argument("--baseline", action="store_true", help="also run the naive search with the same time")
+    parser.add_argument("--method", action="append", choices=sorted(METHODS),
+                        help="certified method(s) to compare with (repeatable; default: paper and factorised for L2, "
+                             "castin for dp)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", help="torch device for the search (default: cuda when available)")
     parser.add_argument("--out", default=os.path.join("out", "tightness"), help="directory for the figures")
@@ -57,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
         progress = (lambda row: print(f"  {config} N={row.N} R={row.radius} {row.norm}-norm: lower {row.lower:.6g} "
                                       f"({row.seconds:.1f} s)", file=sys.stderr)) if not args.quiet else None
         rows = tightness(config, norms, args.max_tokens, args.seconds, baseline=args.baseline and config != "dp",
-                         seed=args.seed, device=args.device, progress=not args.quiet, on_row=progress)
+                         seed=args.seed, device=args.device, progress=not args.quiet, on_row=progress,
+                         methods=None if args.method is None else tuple(args.method))
         check_against_uppers(rows)
         print(f"tightness, config {config}")
         print(format_rows(HEADER, table_rows(rows)))
