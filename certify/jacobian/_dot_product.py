@@ -33,10 +33,12 @@ def dot_product_jacobian(X: torch.Tensor, weights: AttentionWeights) -> torch.Te
     # OC[b, i, l, :, h] = W^O_h^T P_il (v_l - vbar_i) / sqrt(d), the output image of C_i[:, l]
     OC = torch.einsum("bhil,bhila,haF->bilFh", scale * P, V[:, :, None, :, :] - vbar[:, :, :, None, :], W_O)
     query = (Q @ weights.W_K.transpose(1, 2)).permute(0, 2, 1, 3)  # (B, N, H, D): W^K_h q_i
-    value_map = (weights.W_V @ W_O).transpose(1, 2).reshape(H, D * D)  # W^O_h^T W^V_h^T
-    blocks = (P.permute(0, 2, 3, 1) @ value_map).reshape(B * N * N, D, D)  # [b, i, l] = J_il
-    blocks.baddbmm_(OC.reshape(-1, D, H), query[:, :, None].expand(B, N, N, H, D).reshape(-1, H, D))
-    blocks = blocks.reshape(B, N, N, D, D)
+    value_map = (weights.W_V @ W_O).transpose(1, 2)  # (H, D, D): W^O_h^T W^V_h^T
+    # J[b, i, F, l, E] = sum_h P^h_il value_map[h, F, E]: a (N x H) @ (H x D) product for each (b, i, F), written
+    # straight into J's layout; then the rank-H term OC_il (W^K q_i)^T for each (b, i) as one batched product.
+    J = torch.matmul(P.permute(0, 2, 3, 1)[:, :, None], value_map.permute(1, 0, 2)[None, None])  # (B, N, D, N, D)
+    J.view(B * N, D * N, D).baddbmm_(OC.permute(0, 1, 3, 2, 4).reshape(B * N, D * N, H),
+                                     query.reshape(B * N, H, D))
     index = torch.arange(N, device=X.device)
-    blocks[:, index, index] += torch.einsum("bilFh,bhlc,hEc->biFE", OC, K, weights.W_Q)
-    return blocks.permute(0, 1, 3, 2, 4).contiguous()
+    J[:, index, :, index, :] += torch.einsum("bilFh,bhlc,hEc->ibFE", OC, K, weights.W_Q)
+    return J
