@@ -337,7 +337,7 @@ def certify_model(model: CharTransformer, norms: tuple[str, ...] = ("inf", "2"),
             lower = lower_steps > 0 and norm in lower_norms
             domain = make_domain(radius)
             chosen = None if methods is None else [
-                m for m in methods if m in METHODS and METHODS[m].applies(weights, domain)
+                m for m in methods if m in METHODS and METHODS[m].applies(weights, domain, config.context, norm)
             ]
             try:
                 report = certify_layer(weights, config.context, norm, radius=radius, lower=lower,
