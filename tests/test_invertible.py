@@ -10,7 +10,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from certify import AttentionWeights, ContractiveL2MultiheadAttention, NotLipschitzError
+from certify import ContractiveL2MultiheadAttention, NotLipschitzError
 from certify.adversarial import lower_bound
 from certify.attention import attention
 from certify.bounds import factorised_bound, paper_bound
@@ -24,18 +24,7 @@ from certify.invertible import (
 )
 
 
-F64 = torch.float64
-
-
-def random_weights(kind: str, H: int, d: int, scale: float = 1.0, seed: int = 0, bias: bool = False) -> AttentionWeights:
-    """Gaussian weights, entries of standard deviation scale / sqrt(D), D = H d (biases only for "dp")."""
-    D = H * d
-    g = torch.Generator().manual_seed(seed)
-    draw = lambda *shape: torch.randn(*shape, generator=g, dtype=F64) * scale / math.sqrt(D)  # noqa: E731
-    W_Q = draw(H, D, d)
-    W_K = W_Q if kind == "l2" else draw(H, D, d)
-    biases = dict(b_Q=draw(H, d), b_K=draw(H, d), b_V=draw(H, d), b_O=draw(D)) if bias and kind == "dp" else {}
-    return AttentionWeights(kind, W_Q, W_K, draw(H, D, d), draw(H * d, D), **biases)
+from problems import F64, random_weights  # shared reference layers (tests/problems.py)
 
 
 def scaled_to(weights, N: int, norm: str, target: float):

@@ -10,7 +10,7 @@ import pathlib
 import pytest
 import torch
 
-from certify import AttentionWeights, CertifyError
+from certify import CertifyError
 from certify.attention import attention
 from certify.cli import main
 from certify.experiments import (
@@ -30,18 +30,7 @@ from certify.experiments._language_model import attention_inputs, make_attention
 SMALL = dict(D=8, H=2, context=12, ff=16)
 
 
-F64 = torch.float64
-
-
-def random_weights(kind: str, H: int, d: int, scale: float = 1.0, seed: int = 0, bias: bool = False) -> AttentionWeights:
-    """Gaussian weights, entries of standard deviation scale / sqrt(D), D = H d (biases only for "dp")."""
-    D = H * d
-    g = torch.Generator().manual_seed(seed)
-    draw = lambda *shape: torch.randn(*shape, generator=g, dtype=F64) * scale / math.sqrt(D)  # noqa: E731
-    W_Q = draw(H, D, d)
-    W_K = W_Q if kind == "l2" else draw(H, D, d)
-    biases = dict(b_Q=draw(H, d), b_K=draw(H, d), b_V=draw(H, d), b_O=draw(D)) if bias and kind == "dp" else {}
-    return AttentionWeights(kind, W_Q, W_K, draw(H, D, d), draw(H * d, D), **biases)
+from problems import F64, random_weights  # shared reference layers (tests/problems.py)
 
 
 @pytest.mark.parametrize("kind", ["dp", "l2", "l2-untied"])
