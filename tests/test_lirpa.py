@@ -22,8 +22,8 @@ from certify.attention import (
     DotProductMultiheadAttention,
     L2MultiheadAttention,
     UntiedL2MultiheadAttention,
+    as_weights,
     attention,
-    from_torch_multihead_attention,
     save_layer,
 )
 from certify.bounds import factorised_bound
@@ -55,9 +55,7 @@ def mha_layer(D: int = 4, H: int = 2, seed: int = 0) -> torch.nn.MultiheadAttent
 
 
 def weights_of(layer) -> AttentionWeights:
-    if isinstance(layer, torch.nn.MultiheadAttention):
-        return from_torch_multihead_attention(layer).attention_weights()
-    return layer.attention_weights()
+    return as_weights(layer)  # certify's modules and torch.nn.MultiheadAttention alike
 
 
 def centre(N: int, D: int, seed: int = 0) -> torch.Tensor:

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from .._domain import Domain, Global
@@ -72,4 +73,4 @@ def branch_and_bound(weights: AttentionWeights, N: int, norm: str, domain: Domai
         return global_bnb_bound(weights, N, norm, time_budget, progress)
     certificate = local_bound(weights, N, norm, domain, time_budget, sdp_max_size=64 if sdp else 0,
                               quiet=not progress)
-    return Certificate(**{**certificate.__dict__, "method": "sdp" if sdp else "bnb"})
+    return dataclasses.replace(certificate, method="sdp" if sdp else "bnb")
