@@ -72,7 +72,35 @@ def enclosure_violations(enclosure: Dual, lo: np.ndarray, hi: np.ndarray, par, r
                     (t_hi[:, l] - t_lo[:, l])[:, None, None])
                 if not np.all((enclosure.g.lo[..., l] <= dM + 1e-5) & (dM <= enclosure.g.hi[..., l] + 1e-5)):
                     bad.append(f"gradient {l}")
+        if enclosure.h is not None:
+            bad += [f"Hessian {l}, {m}" for l, m in hessian_outside(enclosure.h, th, lo, hi, par)]
     return bad
+
+
+def finite_difference_hessian(th: np.ndarray, par, step: float = 1e-4) -> np.ndarray:
+    """Central second differences of M at theta (B, L): (B, n, n, L, L)."""
+    L = th.shape[1]
+    out = []
+    for l in range(L):
+        row = []
+        for m in range(L):
+            def at(a: float, b: float) -> np.ndarray:
+                t = th.copy()
+                t[:, l] += a * step
+                t[:, m] += b * step
+                return core_jacobian_float(par.points(t))
+            row.append((at(1, 1) - at(1, -1) - at(-1, 1) + at(-1, -1)) / (4 * step * step))
+        out.append(np.stack(row, axis=-1))
+    return np.stack(out, axis=-2)
+
+
+def hessian_outside(h: Interval, th: np.ndarray, lo: np.ndarray, hi: np.ndarray, par) -> list[tuple[int, int]]:
+    """(l, m) where the second differences at theta (inside the box, away from its faces) leave the enclosure h."""
+    inner = np.clip(th, lo + 2e-4, hi - 2e-4)
+    H = finite_difference_hessian(inner, par)
+    tol = 1e-4 * (1 + np.abs(H))
+    outside = (h.lo > H + tol) | (H > h.hi + tol)
+    return [(l, m) for l in range(H.shape[-2]) for m in range(H.shape[-1]) if outside[..., l, m].any()]
 
 
 def box_bound_violations(upper: np.ndarray, lo: np.ndarray, hi: np.ndarray, par, norm: str, rng,
@@ -138,6 +166,76 @@ def test_enclosure_contains_samples_and_derivatives(N: int, d: int, width: float
     lo, hi = sample_boxes(rng, N, d, width, 8)
     enc = enclose_core_jacobian(Interval(lo, hi), par, with_grad=True)
     assert enclosure_violations(enc, lo, hi, par, rng) == []
+
+
+@settings(max_examples=10, deadline=None)
+@given(N=st.integers(2, 5), d=st.integers(1, 2), width=st.sampled_from([0.01, 0.1, 0.4]), seed=st.integers(0, 99))
+def test_second_order_enclosure_contains_finite_differences(N: int, d: int, width: float, seed: int) -> None:
+    """The Hessian enclosure (chain rule plus the softmax form of d^2 P) and the centred forms it tightens."""
+    if d == 2 and N > 4:
+        N = 4
+    rng = np.random.default_rng(seed)
+    par = domain(N, d, "2", 3.5).par
+    lo, hi = sample_boxes(rng, N, d, width, 6)
+    enc = enclose_core_jacobian(Interval(lo, hi), par, with_grad=True, centre=0.5 * (lo + hi), with_hessian=True)
+    assert enc.h is not None and enc.h.shape == enc.g.shape + (par.L,)
+    assert enclosure_violations(enc, lo, hi, par, rng, samples=6) == []
+    # the centre enclosures are those of M and dM/dtheta at the centre
+    centre = 0.5 * (lo + hi)
+    M = core_jacobian_float(par.points(centre))
+    assert np.all((enc.c.v.lo <= M + 1e-12) & (M <= enc.c.v.hi + 1e-12))
+
+
+def test_narrow_hessian_enclosure_is_caught() -> None:
+    """A Hessian enclosure 10% narrower than the range of sampled second differences fails ``hessian_outside``."""
+    rng = np.random.default_rng(21)
+    par = domain(3, 1, "2", 3.5).par
+    lo, hi = sample_boxes(rng, 3, 1, 0.1, 4)
+    samples = np.stack([finite_difference_hessian(lo + rng.uniform(size=lo.shape) * (hi - lo), par)
+                        for _ in range(60)])
+    width = samples.max(0) - samples.min(0)
+    narrow = Interval(samples.min(0) + 0.05 * width, samples.max(0) - 0.05 * width)
+    caught = [hessian_outside(narrow, lo + rng.uniform(size=lo.shape) * (hi - lo), lo, hi, par) for _ in range(20)]
+    assert any(caught)
+    honest = enclose_core_jacobian(Interval(lo, hi), par, with_grad=True, with_hessian=True).h
+    assert not any(hessian_outside(honest, lo + rng.uniform(size=lo.shape) * (hi - lo), lo, hi, par)
+                   for _ in range(20))
+
+
+@settings(max_examples=10, deadline=None)
+@given(N=st.integers(2, 5), d=st.integers(1, 2), norm=st.sampled_from(["2", "inf"]),
+       width=st.sampled_from([0.005, 0.05, 0.2]), seed=st.integers(0, 99))
+def test_taylor_bounds_dominate_sampled_norms(N: int, d: int, norm: str, width: float, seed: int) -> None:
+    if d == 2 and N > 4:
+        N = 4
+    rng = np.random.default_rng(seed)
+    par = domain(N, d, norm, 3.5).par
+    lo, hi = sample_boxes(rng, N, d, width, 12, norm)
+    upper, scores = mvf.taylor_bounds(lo, hi, par, norm)
+    assert scores.shape == lo.shape and np.all(scores >= 0)
+    assert box_bound_violations(upper, lo, hi, par, norm, rng) == []
+
+
+def test_taylor_bounds_beat_the_mean_value_form_on_small_boxes() -> None:
+    """On boxes of half-width 0.02 around maximisers the second-order bound is the tighter one, and it closes
+    to within 1% of the sampled maximum (the remainder is quadratic in the width)."""
+    for N, norm in [(4, "2"), (5, "inf")]:
+        entry = next(e for e in entries() if (e["N"], e["d"], e["norm"]) == (N, 1, norm))
+        gaps = np.diff(np.sort(np.asarray(entry["witness"]).ravel()))
+        lo, hi = np.maximum(gaps - 0.02, 0.0)[None], (np.maximum(gaps - 0.02, 0.0) + 0.04)[None]
+        par = domain(N, 1, norm, 3.5).par
+        first, _, _ = mvf.box_bounds(lo, hi, par, norm, second_order=False)
+        second, _ = mvf.taylor_bounds(lo, hi, par, norm)
+        assert second[0] < first[0]
+        assert second[0] <= 1.01 * entry["lower"]
+
+
+def test_narrow_taylor_bounds_are_caught() -> None:
+    rng = np.random.default_rng(14)
+    par = domain(3, 1, "inf", 3.5).par
+    lo, hi = sample_boxes(rng, 3, 1, 0.01, 16)
+    upper, _ = mvf.taylor_bounds(lo, hi, par, "inf")
+    assert box_bound_violations(upper / 1.1, lo, hi, par, "inf", rng, samples=10)
 
 
 @settings(max_examples=12, deadline=None)
@@ -253,6 +351,33 @@ def test_branch_and_bound_n3_dominates_random_and_optimised(norm: str, seed: int
     best, _ = search_lower(3, 1, norm, restarts=4, seed=seed + 1)
     assert best <= res.upper
     assert res.upper <= res.lower * 1.0101
+
+
+@pytest.mark.parametrize("calls", [1, 3, 8])
+def test_interrupted_branch_and_bound_keeps_a_certified_bound(monkeypatch, calls: int) -> None:
+    """Ctrl-C in the middle of the search returns the bound certified so far, which still dominates the exact
+    N = 2 constant and every sampled value (N = 3), and says it is incomplete."""
+    import certify.bounds._global_l2 as driver
+
+    real = driver.box_bounds
+    count = {"n": 0}
+
+    def interrupt_after(*args, **kwargs):
+        count["n"] += 1
+        if count["n"] > calls:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(driver, "box_bounds", interrupt_after)
+    res = global_l2_constant(2, 1, "2", tol=0.0001, time_budget=60, lower_restarts=2)
+    assert not res.complete and res.details["interrupted"]
+    assert res.upper >= exact_constant_n2("2")[0] and res.upper >= res.lower
+    count["n"] = 0
+    res3 = global_l2_constant(3, 1, "inf", tol=0.0001, time_budget=60, lower_restarts=2, smaller={2: 1.6077})
+    assert not res3.complete
+    Y = random_configurations(np.random.default_rng(calls), 3, 1, 100)
+    assert np.all(reference_norm(Y, "inf") <= res3.upper)
+    assert res3.upper >= search_lower(3, 1, "inf", restarts=2)[0]
 
 
 # -- the shipped table ---------------------------------------------------------------------------------------------

@@ -49,10 +49,12 @@ def global_bnb_bound(weights: AttentionWeights, N: int, norm: str, time_budget: 
     try:
         result = global_l2_constant(N, weights.d, norm, time_budget=time_budget, smaller=smaller,
                                     progress=(lambda text: print(text, flush=True)) if progress else None)
-    except KeyboardInterrupt:  # the search keeps no partial state: fall back to the best constant known before it
+    except KeyboardInterrupt:  # interrupted before the branch and bound (which keeps its own partial bound) began
         result = None
     if result is not None and result.upper <= shipped.value:
         constant, source = result.upper, "branch and bound now"
+        if result.details.get("interrupted"):
+            source += " (interrupted: the bound certified so far)"
     else:
         constant, source = shipped.value, shipped.source + (" (search interrupted)" if result is None else "")
     left, right = factorised_weight_factors(weights, norm)

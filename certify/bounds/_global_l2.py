@@ -79,6 +79,9 @@ def global_l2_constant(N: int, d: int, norm: str, *, r: float = DEFAULT_R, tol: 
 
     ``smaller`` maps s -> a certified upper bound on c_p(s, d) for 2 <= s < N (c_p(1, d) = 1); missing entries
     are computed recursively with the same settings. ``time_budget`` is in seconds of wall time for this N.
+    Ctrl-C (KeyboardInterrupt) during the branch and bound ends it early with the bound certified so far
+    (``complete`` False, ``details["interrupted"]`` True); during the lower-bound search or the recursion it
+    propagates.
     """
     if norm not in ("2", "inf"):
         raise ValueError(f"norm must be '2' or 'inf', got {norm!r}")
@@ -104,65 +107,74 @@ def global_l2_constant(N: int, d: int, norm: str, *, r: float = DEFAULT_R, tol: 
     closed_max = -np.inf
     boxes = 0
     last_report = start
-    timed_out = False
-    while open_lo.shape[0]:
-        if time.perf_counter() - start > time_budget:
-            timed_out = True
-            break
-        if open_lo.shape[0] > batch:
-            top = np.argpartition(-open_ub, batch)[:batch]
-            rest = np.ones(open_lo.shape[0], dtype=bool)
-            rest[top] = False
-            lo, hi, parent_ub = open_lo[top], open_hi[top], open_ub[top]
-            open_lo, open_hi, open_ub = open_lo[rest], open_hi[rest], open_ub[rest]
-        else:
-            lo, hi, parent_ub = open_lo, open_hi, open_ub
-            open_lo, open_hi, open_ub = open_lo[:0], open_hi[:0], open_ub[:0]
-        keep = ~dom.symmetry_drop(lo, hi)
-        r_box = bottleneck_distance(par, lo, hi)
-        keep &= r_box < r  # not r-connected anywhere: covered by the tail term
-        lo, hi, parent_ub, r_box = lo[keep], hi[keep], parent_ub[keep], r_box[keep]
-        if lo.shape[0] == 0:
-            continue
-        ub, centre_norm, scores = box_bounds(lo, hi, par, norm)
-        boxes += lo.shape[0]
-        ub = np.minimum(ub, parent_ub)
-        # every configuration of the box splits into groups at distance >= r_box: tail bound with r_box
-        split_tail = iv.round_up(best_smaller + tail_bound_lookup(table, r_box))
-        ub = np.minimum(ub, split_tail)
-        k_best = int(np.argmax(centre_norm))
-        if centre_norm[k_best] > lower:
-            Yc = par.points((0.5 * lo[k_best] + 0.5 * hi[k_best])[None])[0]
-            value = core_norm(Yc, norm)
-            if value > lower:
-                lower, witness = value, Yc - Yc[0]
-        threshold = lower * (1.0 + tol)
-        done = ub <= threshold
-        if done.any():
-            closed_max = max(closed_max, float(ub[done].max()))
-        lo, hi, ub, scores = lo[~done], hi[~done], ub[~done], scores[~done]
-        if lo.shape[0]:
-            axis = np.argmax(scores * (hi - lo > 0), axis=1)
-            rows = np.arange(lo.shape[0])
-            midpoint = 0.5 * lo[rows, axis] + 0.5 * hi[rows, axis]
-            hi_left, lo_right = hi.copy(), lo.copy()
-            hi_left[rows, axis] = midpoint
-            lo_right[rows, axis] = midpoint
-            open_lo = np.concatenate([open_lo, lo, lo_right])
-            open_hi = np.concatenate([open_hi, hi_left, hi])
-            open_ub = np.concatenate([open_ub, ub, ub])
-        if progress is not None and time.perf_counter() - last_report > 10.0:
-            last_report = time.perf_counter()
-            open_max = float(open_ub.max()) if open_ub.size else -np.inf
-            progress(f"N={N} d={d} p={norm}: {boxes} boxes, {open_ub.size} open, lower {lower:.6f}, "
-                     f"closed max {closed_max:.6f}, open max {open_max:.6f}, {time.perf_counter() - start:.0f} s")
-    open_max = float(open_ub.max()) if open_ub.size else -np.inf
+    timed_out = interrupted = False
+    in_flight = -np.inf  # the largest parent bound of the batch being processed (not in open_ub meanwhile)
+    try:
+        while open_lo.shape[0]:
+            if time.perf_counter() - start > time_budget:
+                timed_out = True
+                break
+            in_flight = float(open_ub.max())  # set before the batch leaves open_ub, cleared once it is back
+            if open_lo.shape[0] > batch:
+                top = np.argpartition(-open_ub, batch)[:batch]
+                rest = np.ones(open_lo.shape[0], dtype=bool)
+                rest[top] = False
+                lo, hi, parent_ub = open_lo[top], open_hi[top], open_ub[top]
+                open_lo, open_hi, open_ub = open_lo[rest], open_hi[rest], open_ub[rest]
+            else:
+                lo, hi, parent_ub = open_lo, open_hi, open_ub
+                open_lo, open_hi, open_ub = open_lo[:0], open_hi[:0], open_ub[:0]
+            keep = ~dom.symmetry_drop(lo, hi)
+            r_box = bottleneck_distance(par, lo, hi)
+            keep &= r_box < r  # not r-connected anywhere: covered by the tail term
+            lo, hi, parent_ub, r_box = lo[keep], hi[keep], parent_ub[keep], r_box[keep]
+            if lo.shape[0] == 0:
+                in_flight = -np.inf
+                continue
+            ub, centre_norm, scores = box_bounds(lo, hi, par, norm, target=lower * (1.0 + tol))
+            boxes += lo.shape[0]
+            ub = np.minimum(ub, parent_ub)
+            # every configuration of the box splits into groups at distance >= r_box: tail bound with r_box
+            split_tail = iv.round_up(best_smaller + tail_bound_lookup(table, r_box))
+            ub = np.minimum(ub, split_tail)
+            k_best = int(np.argmax(centre_norm))
+            if centre_norm[k_best] > lower:
+                Yc = par.points((0.5 * lo[k_best] + 0.5 * hi[k_best])[None])[0]
+                value = core_norm(Yc, norm)
+                if value > lower:
+                    lower, witness = value, Yc - Yc[0]
+            threshold = lower * (1.0 + tol)
+            done = ub <= threshold
+            if done.any():
+                closed_max = max(closed_max, float(ub[done].max()))
+            lo, hi, ub, scores = lo[~done], hi[~done], ub[~done], scores[~done]
+            if lo.shape[0]:
+                axis = np.argmax(scores * (hi - lo > 0), axis=1)
+                rows = np.arange(lo.shape[0])
+                midpoint = 0.5 * lo[rows, axis] + 0.5 * hi[rows, axis]
+                hi_left, lo_right = hi.copy(), lo.copy()
+                hi_left[rows, axis] = midpoint
+                lo_right[rows, axis] = midpoint
+                open_lo = np.concatenate([open_lo, lo, lo_right])
+                open_hi = np.concatenate([open_hi, hi_left, hi])
+                open_ub = np.concatenate([open_ub, ub, ub])
+            in_flight = -np.inf
+            if progress is not None and time.perf_counter() - last_report > 10.0:
+                last_report = time.perf_counter()
+                open_max = float(open_ub.max()) if open_ub.size else -np.inf
+                progress(f"N={N} d={d} p={norm}: {boxes} boxes, {open_ub.size} open, lower {lower:.6f}, "
+                         f"closed max {closed_max:.6f}, open max {open_max:.6f}, {time.perf_counter() - start:.0f} s")
+    except KeyboardInterrupt:  # Ctrl-C: keep what is certified so far (the batch in flight keeps its parents' bound)
+        interrupted = True
+    open_max = max(float(open_ub.max()) if open_ub.size else -np.inf, in_flight)
     upper = max(closed_max, open_max, tail_total)
-    lower, witness = polish(witness, norm)
+    if not interrupted:  # after Ctrl-C, return at once with the lower bound found so far
+        lower, witness = polish(witness, norm)
     seconds = time.perf_counter() - start
     method = (f"branch and bound, mean-value form with vertex enumeration, outward-rounded intervals; "
               f"tail bound r = {r}; {dom.description}")
     return GlobalL2Result(N=N, d=d, norm=norm, upper=float(upper), lower=float(lower), witness=witness,
-                          seconds=seconds, boxes=boxes, complete=not timed_out, r=r, tail=tail_total,
+                          seconds=seconds, boxes=boxes, complete=not (timed_out or interrupted), r=r, tail=tail_total,
                           method=method, details={"closed_max": closed_max, "open_max": open_max,
-                                                  "eps": eps, "smaller": dict(smaller), "tol": tol})
+                                                  "eps": eps, "smaller": dict(smaller), "tol": tol,
+                                                  "interrupted": interrupted})

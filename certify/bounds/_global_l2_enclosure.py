@@ -32,53 +32,122 @@ from ..interval import Interval
 
 @dataclass(frozen=True)
 class Dual:
-    """A value enclosure and the enclosure of its gradient with respect to theta (trailing axis of length L).
+    """A value enclosure, the enclosure of its gradient with respect to theta (trailing axis of length L) and,
+    optionally, of its Hessian (two trailing axes L, L).
 
-    ``g`` is None in value-only evaluations (then every operation skips the gradient). With ``c`` (an enclosure
-    of the value at the box centre theta_c) and ``t`` (an enclosure of theta - theta_c, shape (B, L)), every
-    nonlinear operation also intersects its value with the centred (mean-value) form c + sum_l g_l t_l, which is
-    valid because g encloses the gradient over the whole box.
+    ``g`` is None in value-only evaluations. ``second`` says whether second derivatives are tracked; then ``h`` is
+    their enclosure, or None where they are exactly zero (linear forms of theta). Second derivatives follow the product and chain rules: (u w)'' = u'' w + u w'' +
+    u' w'^T + w' u'^T, (e^u)'' = e^u (u'' + u' u'^T), (1/z)'' = -z^-2 z'' + 2 z^-3 z' z'^T, (u^2)'' = 2 (u u'' +
+    u' u'^T).
+
+    Centred forms. With ``c`` (the same quantity evaluated at the box centre theta_c: a Dual of point enclosures,
+    with its gradient when ``h`` is tracked) and ``t`` (an enclosure of theta - theta_c, shape (B, L)), every
+    nonlinear operation intersects (``tightened``)
+
+    - the value with the mean-value form c.v + sum_l g_l t_l (g encloses the gradient over the whole box) and,
+      with a Hessian, with the second-order form c.v + sum_l c.g_l t_l + 1/2 sum_{l,m} h_lm t_l t_m;
+    - the gradient, with a Hessian, with its mean-value form c.g + sum_m h_lm t_m.
+
+    Each is valid by Taylor's theorem on the segment from theta_c to theta, which lies in the box.
     """
 
     v: Interval
     g: Interval | None
-    c: Interval | None = None
+    c: "Dual | None" = None
     t: Interval | None = None
+    h: Interval | None = None
+    second: bool = False
 
-    def _with(self, v: Interval, g: Interval | None, c: Interval | None) -> "Dual":
-        return Dual(v, g, c, self.t).tightened()
+    def _with(self, v: Interval, g: Interval | None, c: "Dual | None", h: Interval | None,
+              second: bool) -> "Dual":
+        return Dual(v, g, c, self.t, h, second).tightened()
 
     def tightened(self) -> "Dual":
         if self.c is None or self.g is None or self.t is None:
             return self
         B, L = self.t.lo.shape
         t = self.t.reshape(*((B,) + (1,) * (self.g.lo.ndim - 2) + (L,)))
-        centred = self.c + iv.isum(self.g * t, axis=-1)
-        return Dual(iv.intersect(self.v, centred), self.g, self.c, self.t)
+        g = self.g
+        curved = self.h is not None and self.c.g is not None
+        if curved:
+            g = iv.intersect(g, self.c.g + iv.isum(self.h * t.expand(-2), axis=-1))
+        v = iv.intersect(self.v, self.c.v + iv.isum(g * t, axis=-1))
+        if curved:
+            quadratic = iv.isum(iv.isum(self.h * _outer_offsets(self.t, self.g.lo.ndim - 2), axis=-1), axis=-1)
+            v = iv.intersect(v, self.c.v + iv.isum(self.c.g * t, axis=-1) + quadratic * 0.5)
+        return Dual(v, g, self.c, self.t, self.h, self.second)
 
     def __add__(self, o: "Dual") -> "Dual":
         return Dual(self.v + o.v, None if self.g is None else self.g + o.g,
-                    None if self.c is None else self.c + o.c, self.t)
+                    None if self.c is None else self.c + o.c, self.t, _add(self.h, o.h), self.second or o.second)
 
     def __mul__(self, o: "Dual") -> "Dual":
         g = None if self.g is None else self.g * o.v.expand(-1) + self.v.expand(-1) * o.g
-        return self._with(self.v * o.v, g, None if self.c is None else self.c * o.c)
+        h = None
+        second = self.second or o.second
+        if second:
+            cross = _outer(self.g, o.g)
+            h = _add(_add(None if self.h is None else self.h * _expand2(o.v),
+                          None if o.h is None else _expand2(self.v) * o.h), cross + cross.swapaxes(-1, -2))
+        return self._with(self.v * o.v, g, None if self.c is None else self.c * o.c, h, second)
 
     def sum(self, axis: int) -> "Dual":
         """Sum over a value axis (negative axes count from the end of the value shape)."""
         ax = axis if axis >= 0 else self.v.lo.ndim + axis
         return Dual(iv.isum(self.v, axis=ax), None if self.g is None else iv.isum(self.g, axis=ax),
-                    None if self.c is None else iv.isum(self.c, axis=ax), self.t)
+                    None if self.c is None else self.c.sum(ax), self.t,
+                    None if self.h is None else iv.isum(self.h, axis=ax), self.second)
 
     def reshape(self, *shape: int) -> "Dual":
-        """Reshape the value; the gradient keeps its trailing L axis."""
-        return Dual(self.v.reshape(*shape), None if self.g is None else self.g.reshape(*shape, -1),
-                    None if self.c is None else self.c.reshape(*shape), self.t)
+        """Reshape the value; the gradient keeps its trailing L axis and the Hessian its trailing L, L axes."""
+        L = None if self.g is None else self.g.lo.shape[-1]
+        return Dual(self.v.reshape(*shape), None if self.g is None else self.g.reshape(*shape, L),
+                    None if self.c is None else self.c.reshape(*shape), self.t,
+                    None if self.h is None else self.h.reshape(*shape, L, L), self.second)
+
+    def first_order(self) -> "Dual":
+        """The same quantity with second derivatives no longer tracked."""
+        return Dual(self.v, self.g, self.c, self.t)
+
+
+def _add(a: Interval | None, b: Interval | None) -> Interval | None:
+    """Sum of two Hessian enclosures, None standing for zero."""
+    if a is None:
+        return b
+    return a if b is None else a + b
+
+
+def _expand2(x: Interval) -> Interval:
+    return x.expand(-1).expand(-1)
+
+
+def _outer(a: Interval, b: Interval) -> Interval:
+    """a_l b_m over the trailing gradient axes: (..., L) x (..., L) -> (..., L, L)."""
+    return a.expand(-1) * b.expand(-2)
+
+
+def _outer_self(x: Interval) -> Interval:
+    """x_l x_m over the trailing axis (..., L) -> (..., L, L); the diagonal x_l^2 without dependency."""
+    L = x.lo.shape[-1]
+    xx = _outer(x, x)
+    sq = iv.square(x)
+    idx = np.arange(L)
+    lo, hi = xx.lo.copy(), xx.hi.copy()
+    lo[..., idx, idx], hi[..., idx, idx] = sq.lo, sq.hi
+    return Interval(lo, hi)
+
+
+def _outer_offsets(t: Interval, extra: int) -> Interval:
+    """t_l t_m (B, 1.., L, L) with ``extra`` singleton value axes; the diagonal t_l^2 without dependency."""
+    B, L = t.lo.shape
+    return _outer_self(t).reshape(*((B,) + (1,) * extra + (L, L)))
 
 
 def dual_exp(x: Dual) -> Dual:
     e = iv.exp(x.v)
-    return x._with(e, None if x.g is None else x.g * e.expand(-1), None if x.c is None else iv.exp(x.c))
+    h = None if not x.second else _expand2(e) * _add(x.h, _outer(x.g, x.g))
+    return x._with(e, None if x.g is None else x.g * e.expand(-1), None if x.c is None else dual_exp(x.c), h,
+                   x.second)
 
 
 def _probability(z: Interval) -> Interval:
@@ -90,13 +159,18 @@ def _probability(z: Interval) -> Interval:
 def dual_reciprocal_probability(z: Dual) -> Dual:
     """1 / z for z >= 1 (a softmax denominator containing exp(0) = 1); the value is clipped to [0, 1]."""
     p = _probability(z.v)
-    return z._with(p, None if z.g is None else -(iv.square(p).expand(-1) * z.g),
-                   None if z.c is None else _probability(z.c))
+    p2 = iv.square(p)
+    h = None
+    if z.second:
+        h = _add(None if z.h is None else -(_expand2(p2) * z.h), _expand2(p2 * p * 2.0) * _outer(z.g, z.g))
+    return z._with(p, None if z.g is None else -(p2.expand(-1) * z.g),
+                   None if z.c is None else dual_reciprocal_probability(z.c), h, z.second)
 
 
 def dual_square(x: Dual) -> Dual:
+    h = None if not x.second else _add(None if x.h is None else _expand2(x.v) * x.h, _outer_self(x.g)) * 2.0
     return x._with(iv.square(x.v), None if x.g is None else x.g * x.v.expand(-1) * 2.0,
-                   None if x.c is None else iv.square(x.c))
+                   None if x.c is None else dual_square(x.c), h, x.second)
 
 
 @dataclass(frozen=True)
@@ -131,20 +205,24 @@ def gap_parametrisation(N: int) -> Parametrisation:
 
 
 def _linear(theta: Interval, coef: np.ndarray, with_grad: bool, centre: np.ndarray | None = None,
-            offset: Interval | None = None) -> Dual:
-    """sum_l coef[..., l] theta_l for theta (B, L) and integer coef (..., L): value and constant gradient."""
+            offset: Interval | None = None, with_hessian: bool = False) -> Dual:
+    """sum_l coef[..., l] theta_l for theta (B, L) and integer coef (..., L): value, constant gradient and zero
+    Hessian."""
     B, L = theta.lo.shape
     extra = coef.ndim - 1
     shape = (B,) + (1,) * extra + (L,)
     value = iv.isum(theta.reshape(*shape) * coef[None], axis=-1)
     grad = Interval.point(np.broadcast_to(coef[None], (B,) + coef.shape)) if with_grad else None
-    c = None if centre is None else iv.isum(Interval.point(centre.reshape(shape)) * coef[None], axis=-1)
-    return Dual(value, grad, c, offset)
+    c = None
+    if centre is not None:
+        c = Dual(iv.isum(Interval.point(centre.reshape(shape)) * coef[None], axis=-1), grad if with_hessian else None)
+    return Dual(value, grad, c, offset, None, with_hessian)  # zero Hessian
 
 
 def enclose_core_jacobian(theta: Interval, par: Parametrisation, with_grad: bool = True,
-                          centre: np.ndarray | None = None) -> Dual:
-    """Enclosure of M and dM/dtheta over the box theta (B, L): value (B, n, n), gradient (B, n, n, L), n = N d.
+                          centre: np.ndarray | None = None, with_hessian: bool = False) -> Dual:
+    """Enclosure of M and dM/dtheta over the box theta (B, L): value (B, n, n), gradient (B, n, n, L), n = N d;
+    with ``with_hessian`` also of the second derivatives d^2 M / dtheta_l dtheta_m (B, n, n, L, L).
 
     The row/column order is token by token (row i*d + c), as in ``certify.jacobian.l2_core_jacobian`` flattened.
     With ``with_grad=False`` only the value is enclosed (the gradient is None). With ``centre`` (B, L), a point
@@ -162,10 +240,12 @@ def enclose_core_jacobian(theta: Interval, par: Parametrisation, with_grad: bool
         offset = Interval(iv.round_down(theta.lo - centre), iv.round_up(theta.hi - centre))
     else:
         centre = None
-    D = _linear(theta, cD, with_grad, centre, offset)  # (B, N, N, d)
-    S = _linear(theta, cS, with_grad, centre, offset)  # (B, N, N, N, d)
+    with_hessian = with_hessian and with_grad
+    D = _linear(theta, cD, with_grad, centre, offset, with_hessian)  # (B, N, N, d)
+    S = _linear(theta, cS, with_grad, centre, offset, with_hessian)  # (B, N, N, N, d)
     # E[i, j, k] = D_jk . S_ijk = ||y_i - y_j||^2 - ||y_i - y_k||^2
-    E = (D.reshape(B, 1, N, N, d) * S).sum(-1)  # (B, N, N, N)
+    # P by the chain rule, first order only: its second derivatives come from the softmax form below
+    E = (D.first_order().reshape(B, 1, N, N, d) * S.first_order()).sum(-1)  # (B, N, N, N)
     P = dual_reciprocal_probability(dual_exp(E).sum(-1))  # (B, N, N) [i, j]
     if with_grad:
         # second enclosure of dP_ij/dtheta_l = sum_k P_ij P_ik (a_ijl - a_ikl), a_ijl = d(-||y_i - y_j||^2)/dtheta_l,
@@ -174,7 +254,19 @@ def enclose_core_jacobian(theta: Interval, par: Parametrisation, with_grad: bool
         A_diff = _linear(theta, Qc[:, :, None] - Qc[:, None, :], False).v  # (B, N, N, N, L) [i, j, k, l]
         PP_ijk = P.v.reshape(B, N, N, 1) * P.v.reshape(B, N, 1, N)
         g2 = iv.isum(PP_ijk.expand(-1) * A_diff, axis=3)
-        P = Dual(P.v, iv.intersect(P.g, g2), P.c, P.t).tightened()
+        hessian = None
+        if with_hessian:
+            # softmax form of the second derivatives, without the cancellations of the chain rule above:
+            # d^2 P_ij = P_ij [ m_ij m_ij^T - Cov_i(a) + sum_k P_ik (Qc_ij - Qc_ik) ],  m_ij = sum_k P_ik (a_ij - a_ik),
+            # Cov_i(a) = 1/2 sum_{j,k} P_ij P_ik (a_ij - a_ik)(a_ij - a_ik)^T,  da_ij / dtheta = Qc[i, j]
+            L = par.L
+            m = iv.isum(P.v.reshape(B, N, 1, N, 1) * A_diff, axis=3)  # (B, i, j, L)
+            cov_a = iv.isum(iv.isum(_expand2(PP_ijk) * _outer_self(A_diff), axis=3), axis=2) * 0.5  # (B, i, L, L)
+            const = iv.isum(_expand2(P.v).reshape(B, N, 1, N, 1, 1) * (Qc[:, :, None] - Qc[:, None, :])[None],
+                            axis=3)  # (B, i, j, L, L)
+            inner = _outer_self(m) - cov_a.reshape(B, N, 1, L, L) + const
+            hessian = _expand2(P.v) * inner
+        P = Dual(P.v, iv.intersect(P.g, g2), P.c, P.t, hessian, with_hessian).tightened()
     # U[i, j, c] = y_j - ybar_i = sum_k P_ik D_jk
     U = (P.reshape(B, N, 1, N, 1) * D.reshape(B, 1, N, N, d)).sum(3)  # (B, N, N, d)
     # 2 Cov_i[c, c'] = sum_{k, l} P_ik P_il D_kl[c] D_kl[c']
@@ -202,10 +294,12 @@ def enclose_core_jacobian(theta: Interval, par: Parametrisation, with_grad: bool
         return Dual(M_v, None)
     L = par.L
     M_g = assemble(R.g, P.g.reshape(B, N, N, L), cov2.g, (L,))
+    M_h = None if not with_hessian else assemble(R.h, P.h.reshape(B, N, N, L, L), cov2.h, (L, L))
     if centre is None:
-        return Dual(M_v, M_g)
-    M_c = assemble(R.c, P.c, cov2.c, ())
-    return Dual(M_v, M_g, M_c, offset).tightened()
+        return Dual(M_v, M_g, h=M_h)
+    M_c = Dual(assemble(R.c.v, P.c.v, cov2.c.v, ()),
+               None if not with_hessian else assemble(R.c.g, P.c.g.reshape(B, N, N, L), cov2.c.g, (L,)))
+    return Dual(M_v, M_g, M_c, offset, M_h).tightened()
 
 
 def core_jacobian_float(Y: np.ndarray) -> np.ndarray:

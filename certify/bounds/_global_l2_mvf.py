@@ -81,30 +81,89 @@ def interval_norm_upper(m: Interval, norm: str) -> np.ndarray:
     return iv.round_up(norm_upper_point(m.mid, "2") + nonneg_norm_upper(m.rad, "2"))
 
 
-def box_bounds(lo: np.ndarray, hi: np.ndarray, par: Parametrisation, norm: str) -> tuple[np.ndarray, ...]:
+def _vertex_bound(Mmid: np.ndarray, Jmid: np.ndarray, h: np.ndarray, Ebound: np.ndarray, norm: str) -> np.ndarray:
+    """max over the vertices s of ||Mmid + sum_l s_l h_l Jmid_l||_p + ||Ebound||_p, rounded up; Ebound >= 0 must
+    already dominate every error, the float error of the vertex matrices included (``_vertex_float_margin``)."""
+    signs = _vertex_signs(h.shape[1])  # (2^L, L)
+    V = Mmid[:, None] + np.einsum("vl,bl,bijl->bvij", signs, h, Jmid)
+    affine = norm_upper_point(V, norm).max(axis=1)
+    return iv.round_up(affine + nonneg_norm_upper(Ebound, norm))
+
+
+def _vertex_float_margin(Mmid: np.ndarray, Jmid: np.ndarray, h: np.ndarray) -> np.ndarray:
+    """Entrywise bound on the float error of the vertex matrices: 4 (L + 2) u (|Mmid| + sum_l h_l |Jmid_l|)."""
+    L = h.shape[1]
+    scale = iv.isum(Interval.point(h[:, None, None, :]) * Interval.point(np.abs(Jmid)), axis=-1).hi + np.abs(Mmid)
+    return (Interval.point(scale) * (4.0 * (L + 2) * U)).hi
+
+
+def taylor_bounds(lo: np.ndarray, hi: np.ndarray, par: Parametrisation, norm: str) -> tuple[np.ndarray, np.ndarray]:
+    """Second-order Taylor form: for theta = c + t in the box (|t_l| <= h_l), entry by entry,
+
+        M(c + t) = M(c) + sum_l t_l dM/dtheta_l(c) + 1/2 sum_{l,m} t_l t_m d^2M/dtheta_l dtheta_m(xi),
+
+    xi on the segment [c, c + t] (Taylor's theorem with the Lagrange remainder). M(c) and dM/dtheta(c) are
+    enclosed at the point c (radii Rc, Rg: rounding only), the Hessian over the whole box, so
+
+        |M(c + t) - Mmid(c) - sum_l t_l Jmid_l(c)| <= Rc + sum_l h_l Rg_l + 1/2 sum_{l,m} h_l h_m |H_lm|(box),
+
+    and the affine part is maximised at a vertex, as in the mean-value form. Unlike the mean-value form, whose
+    error h_l * width([dM/dtheta_l](box)) carries the dependency of the interval gradient, the remainder here
+    tends to the true second derivatives as the box shrinks. Returns (upper bounds (B,), split scores (B, L)).
+    """
+    c = np.clip(0.5 * lo + 0.5 * hi, lo, hi)
+    h = iv.round_up(np.maximum(hi - c, c - lo))
+    box = enclose_core_jacobian(Interval(lo, hi), par, with_grad=True, centre=c, with_hessian=True)
+    at_centre = box.c  # M and dM/dtheta enclosed at the point c
+    Mmid, Jmid = at_centre.v.mid, at_centre.g.mid
+    magnitude = box.h.mag  # (B, n, n, L, L)
+    hh = Interval.point(h[:, None, None, :, None] * 0.5) * Interval.point(h[:, None, None, None, :])
+    remainder = iv.isum(iv.isum(hh * Interval.point(magnitude), axis=-1), axis=-1).hi  # (B, n, n)
+    hb = Interval.point(h[:, None, None, :])
+    centre_error = (Interval.point(at_centre.v.rad) + iv.isum(hb * Interval.point(at_centre.g.rad), axis=-1)).hi
+    Ebound = (Interval.point(remainder) + Interval.point(centre_error)
+              + Interval.point(_vertex_float_margin(Mmid, Jmid, h))).hi
+    upper = _vertex_bound(Mmid, Jmid, h, Ebound, norm)
+    upper = np.where(np.isfinite(upper), upper, np.inf)
+    # split along the parameter whose share h_l sum_m h_m |H_lm| of the remainder is largest (row-sum norm)
+    share = np.einsum("bl,bijlm,bm->bijl", h, np.where(np.isfinite(magnitude), magnitude, 1e300), h)
+    return upper, np.max(np.sum(share, axis=2), axis=1)
+
+
+TAYLOR_MAX_HALF_WIDTH = 0.2
+"""Boxes whose half-widths are all at most this also get the second-order bound (``taylor_bounds``); on wider boxes
+the interval Hessian is too loose to help and costs more than the mean-value form."""
+
+
+def box_bounds(lo: np.ndarray, hi: np.ndarray, par: Parametrisation, norm: str,
+               second_order: bool = True, target: float = -np.inf) -> tuple[np.ndarray, ...]:
     """For B boxes [lo, hi] (B, L): (upper bound of max ||M||_p over each box, ||M(c)||_p at the centre (float,
-    an estimate used for lower bounds), split scores (B, L))."""
-    B, L = lo.shape
+    an estimate used for lower bounds), split scores (B, L)).
+
+    The bound is the smallest of the mean-value / vertex bound, the plain interval bound and, on boxes with
+    half-widths <= TAYLOR_MAX_HALF_WIDTH (when ``second_order``), the Taylor bound of ``taylor_bounds``; boxes
+    that the first two already bound by ``target`` or less (the branch and bound's closing threshold) skip it.
+    """
     c = np.clip(0.5 * lo + 0.5 * hi, lo, hi)
     h = iv.round_up(np.maximum(hi - c, c - lo))
     box = enclose_core_jacobian(Interval(lo, hi), par, with_grad=True, centre=c)
-    centre = box.c
-    Mmid, Rm = centre.mid, centre.rad
+    Mmid, Rm = box.c.v.mid, box.c.v.rad
     Jmid, Jrad = box.g.mid, box.g.rad  # (B, n, n, L)
-    hb = h[:, None, None, :]
-    absJ = np.abs(Jmid)
-    first = iv.isum(Interval.point(hb) * Interval.point(Jrad), axis=-1).hi
-    scale = iv.isum(Interval.point(hb) * Interval.point(absJ), axis=-1).hi + np.abs(Mmid)
-    Ebound = (Interval.point(Rm) + Interval.point(first) + Interval.point(scale) * (4.0 * (L + 2) * U)).hi
-    signs = _vertex_signs(L)  # (2^L, L)
-    V = Mmid[:, None] + np.einsum("vl,bl,bijl->bvij", signs, h, Jmid)
-    affine = norm_upper_point(V, norm).max(axis=1)
-    err = nonneg_norm_upper(Ebound, norm)
-    upper = iv.round_up(affine + err)
+    first = iv.isum(Interval.point(h[:, None, None, :]) * Interval.point(Jrad), axis=-1).hi
+    Ebound = (Interval.point(Rm) + Interval.point(first) + Interval.point(_vertex_float_margin(Mmid, Jmid, h))).hi
+    upper = _vertex_bound(Mmid, Jmid, h, Ebound, norm)
     # where the box is too wide for the mean-value form, the plain enclosure of M may be better: both are valid
     upper = np.minimum(upper, interval_norm_upper(box.v, norm))
     upper = np.where(np.isfinite(upper), upper, np.inf)
     centre_norm = np.linalg.norm(np.where(np.isfinite(Mmid), Mmid, 0.0), ord=np.inf if norm == "inf" else 2,
                                  axis=(-2, -1))
-    scores = h * np.max(np.sum(absJ + Jrad, axis=2), axis=1)  # h_l * row-sum norm of |dM/dtheta_l|
+    scores = h * np.max(np.sum(np.abs(Jmid) + Jrad, axis=2), axis=1)  # h_l * row-sum norm of |dM/dtheta_l|
+    small = np.zeros(0, dtype=int)
+    if second_order:
+        small = np.flatnonzero((h.max(axis=1) <= TAYLOR_MAX_HALF_WIDTH) & (upper > target))
+    if small.size:
+        t_upper, t_scores = taylor_bounds(lo[small], hi[small], par, norm)
+        better = t_upper < upper[small]
+        upper[small[better]] = t_upper[better]
+        scores[small[better]] = t_scores[better]
     return upper, centre_norm, scores
