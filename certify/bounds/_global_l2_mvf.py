@@ -37,7 +37,7 @@ import numpy as np
 
 from .. import interval as iv
 from ..interval import Interval
-from ._global_l2_enclosure import Parametrisation, enclose_core_jacobian
+from ._global_l2_enclosure import Dual, Parametrisation, enclose_core_jacobian
 
 SVD_REL_MARGIN = 1e-10
 U = 2.0**-53
@@ -97,23 +97,16 @@ def _vertex_float_margin(Mmid: np.ndarray, Jmid: np.ndarray, h: np.ndarray) -> n
     return (Interval.point(scale) * (4.0 * (L + 2) * U)).hi
 
 
-def taylor_bounds(lo: np.ndarray, hi: np.ndarray, par: Parametrisation, norm: str) -> tuple[np.ndarray, np.ndarray]:
-    """Second-order Taylor form: for theta = c + t in the box (|t_l| <= h_l), entry by entry,
-
-        M(c + t) = M(c) + sum_l t_l dM/dtheta_l(c) + 1/2 sum_{l,m} t_l t_m d^2M/dtheta_l dtheta_m(xi),
-
-    xi on the segment [c, c + t] (Taylor's theorem with the Lagrange remainder). M(c) and dM/dtheta(c) are
-    enclosed at the point c (radii Rc, Rg: rounding only), the Hessian over the whole box, so
-
-        |M(c + t) - Mmid(c) - sum_l t_l Jmid_l(c)| <= Rc + sum_l h_l Rg_l + 1/2 sum_{l,m} h_l h_m |H_lm|(box),
-
-    and the affine part is maximised at a vertex, as in the mean-value form. Unlike the mean-value form, whose
-    error h_l * width([dM/dtheta_l](box)) carries the dependency of the interval gradient, the remainder here
-    tends to the true second derivatives as the box shrinks. Returns (upper bounds (B,), split scores (B, L)).
-    """
+def _box_and_half_widths(lo: np.ndarray, hi: np.ndarray, par: Parametrisation,
+                         second_order: bool) -> tuple[Dual, np.ndarray]:
+    """The enclosure of M (and derivatives) over the boxes, with its centre c, and half-widths h >= |theta - c|."""
     c = np.clip(0.5 * lo + 0.5 * hi, lo, hi)
     h = iv.round_up(np.maximum(hi - c, c - lo))
-    box = enclose_core_jacobian(Interval(lo, hi), par, with_grad=True, centre=c, with_hessian=True)
+    return enclose_core_jacobian(Interval(lo, hi), par, with_grad=True, centre=c, with_hessian=second_order), h
+
+
+def _taylor(box: Dual, h: np.ndarray, norm: str) -> tuple[np.ndarray, np.ndarray]:
+    """The second-order bound of ``taylor_bounds`` from a second-order enclosure ``box``."""
     at_centre = box.c  # M and dM/dtheta enclosed at the point c
     Mmid, Jmid = at_centre.v.mid, at_centre.g.mid
     magnitude = box.h.mag  # (B, n, n, L, L)
@@ -130,23 +123,32 @@ def taylor_bounds(lo: np.ndarray, hi: np.ndarray, par: Parametrisation, norm: st
     return upper, np.max(np.sum(share, axis=2), axis=1)
 
 
+def taylor_bounds(lo: np.ndarray, hi: np.ndarray, par: Parametrisation, norm: str) -> tuple[np.ndarray, np.ndarray]:
+    """Second-order Taylor form: for theta = c + t in the box (|t_l| <= h_l), entry by entry,
+
+        M(c + t) = M(c) + sum_l t_l dM/dtheta_l(c) + 1/2 sum_{l,m} t_l t_m d^2M/dtheta_l dtheta_m(xi),
+
+    xi on the segment [c, c + t] (Taylor's theorem with the Lagrange remainder). M(c) and dM/dtheta(c) are
+    enclosed at the point c (radii Rc, Rg: rounding only; ``Dual.c``), the Hessian over the whole box, so
+
+        |M(c + t) - Mmid(c) - sum_l t_l Jmid_l(c)| <= Rc + sum_l h_l Rg_l + 1/2 sum_{l,m} h_l h_m |H_lm|(box),
+
+    and the affine part is maximised at a vertex, as in the mean-value form. Unlike the mean-value form, whose
+    error h_l * width([dM/dtheta_l](box)) carries the dependency of the interval gradient, the remainder here
+    tends to the true second derivatives as the box shrinks. Returns (upper bounds (B,), split scores (B, L)).
+    """
+    box, h = _box_and_half_widths(lo, hi, par, True)
+    return _taylor(box, h, norm)
+
+
 TAYLOR_MAX_HALF_WIDTH = 0.2
 """Boxes whose half-widths are all at most this also get the second-order bound (``taylor_bounds``); on wider boxes
 the interval Hessian is too loose to help and costs more than the mean-value form."""
 
 
-def box_bounds(lo: np.ndarray, hi: np.ndarray, par: Parametrisation, norm: str,
-               second_order: bool = True, target: float = -np.inf) -> tuple[np.ndarray, ...]:
-    """For B boxes [lo, hi] (B, L): (upper bound of max ||M||_p over each box, ||M(c)||_p at the centre (float,
-    an estimate used for lower bounds), split scores (B, L)).
-
-    The bound is the smallest of the mean-value / vertex bound, the plain interval bound and, on boxes with
-    half-widths <= TAYLOR_MAX_HALF_WIDTH (when ``second_order``), the Taylor bound of ``taylor_bounds``; boxes
-    that the first two already bound by ``target`` or less (the branch and bound's closing threshold) skip it.
-    """
-    c = np.clip(0.5 * lo + 0.5 * hi, lo, hi)
-    h = iv.round_up(np.maximum(hi - c, c - lo))
-    box = enclose_core_jacobian(Interval(lo, hi), par, with_grad=True, centre=c)
+def _first_and_second_order(lo: np.ndarray, hi: np.ndarray, par: Parametrisation, norm: str,
+                            second_order: bool) -> tuple[np.ndarray, ...]:
+    box, h = _box_and_half_widths(lo, hi, par, second_order)
     Mmid, Rm = box.c.v.mid, box.c.v.rad
     Jmid, Jrad = box.g.mid, box.g.rad  # (B, n, n, L)
     first = iv.isum(Interval.point(h[:, None, None, :]) * Interval.point(Jrad), axis=-1).hi
@@ -158,12 +160,28 @@ def box_bounds(lo: np.ndarray, hi: np.ndarray, par: Parametrisation, norm: str,
     centre_norm = np.linalg.norm(np.where(np.isfinite(Mmid), Mmid, 0.0), ord=np.inf if norm == "inf" else 2,
                                  axis=(-2, -1))
     scores = h * np.max(np.sum(np.abs(Jmid) + Jrad, axis=2), axis=1)  # h_l * row-sum norm of |dM/dtheta_l|
-    small = np.zeros(0, dtype=int)
     if second_order:
-        small = np.flatnonzero((h.max(axis=1) <= TAYLOR_MAX_HALF_WIDTH) & (upper > target))
-    if small.size:
-        t_upper, t_scores = taylor_bounds(lo[small], hi[small], par, norm)
-        better = t_upper < upper[small]
-        upper[small[better]] = t_upper[better]
-        scores[small[better]] = t_scores[better]
+        t_upper, t_scores = _taylor(box, h, norm)
+        better = t_upper < upper
+        upper = np.where(better, t_upper, upper)
+        scores = np.where(better[:, None], t_scores, scores)
+    return upper, centre_norm, scores
+
+
+def box_bounds(lo: np.ndarray, hi: np.ndarray, par: Parametrisation, norm: str,
+               second_order: bool = True) -> tuple[np.ndarray, ...]:
+    """For B boxes [lo, hi] (B, L): (upper bound of max ||M||_p over each box, ||M(c)||_p at the centre (float,
+    an estimate used for lower bounds), split scores (B, L)).
+
+    The bound is the smallest of the mean-value / vertex bound, the plain interval bound and, on boxes with
+    half-widths <= TAYLOR_MAX_HALF_WIDTH (when ``second_order``), the Taylor bound of ``taylor_bounds``; those
+    boxes are enclosed once to second order, which also tightens the gradients the mean-value form uses.
+    """
+    h = np.maximum(hi - lo, 0.0) * 0.5
+    small = (h.max(axis=1) <= TAYLOR_MAX_HALF_WIDTH) & second_order
+    upper, centre_norm, scores = np.empty(lo.shape[0]), np.empty(lo.shape[0]), np.empty(lo.shape)
+    for rows, second in ((np.flatnonzero(~small), False), (np.flatnonzero(small), True)):
+        if rows.size:
+            upper[rows], centre_norm[rows], scores[rows] = _first_and_second_order(lo[rows], hi[rows], par, norm,
+                                                                                   second)
     return upper, centre_norm, scores
