@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from certify.bounds import _global_l2_mvf as mvf
-from certify.bounds._global_l2 import domain, global_l2_constant
+from certify.bounds._global_l2 import DEFAULT_R, R_GRID, choose_r, domain, global_l2_constant
 from certify.bounds._global_l2_domain import bottleneck_distance, pair_sq_distances
 from certify.bounds._global_l2_enclosure import Dual, core_jacobian_float, enclose_core_jacobian
 from certify.bounds._global_l2_lower import search_lower
@@ -311,6 +311,18 @@ def test_tail_bound_lookup_is_conservative() -> None:
         assert looked[k] >= tail_bound(float(r[k]), 5, 1, "2")
 
 
+def test_choose_r_keeps_the_tail_term_below_the_threshold() -> None:
+    """The chosen radius is the smallest on the grid whose tail term is at most lower (1 + tol / 2): the tail term is
+    computed here from ``tail_bound`` directly."""
+    for N, d, norm, smaller, lower, tol in [(6, 1, "2", 2.3036, 2.3585, 0.04), (4, 2, "inf", 2.88, 3.16, 0.04),
+                                            (2, 1, "2", 1.0, 1.6016, 0.004), (3, 1, "inf", 1.6077, 1.6077, 0.0)]:
+        r = choose_r(N, d, norm, smaller, lower, tol)
+        fits = [x for x in R_GRID if smaller + tail_bound(x, N, d, norm) <= lower * (1 + tol / 2)]
+        assert r == (min(fits) if fits else DEFAULT_R)
+        if fits:
+            assert smaller + tail_bound(r, N, d, norm) <= lower * (1 + tol)
+
+
 def test_tail_bound_on_two_clusters() -> None:
     from proofs.tail_bound import check_tail
 
@@ -369,11 +381,11 @@ def test_interrupted_branch_and_bound_keeps_a_certified_bound(monkeypatch, calls
         return real(*args, **kwargs)
 
     monkeypatch.setattr(driver, "box_bounds", interrupt_after)
-    res = global_l2_constant(2, 1, "2", tol=0.0001, time_budget=60, lower_restarts=2)
+    res = global_l2_constant(2, 1, "2", tol=1e-7, time_budget=60, lower_restarts=2)
     assert not res.complete and res.details["interrupted"]
     assert res.upper >= exact_constant_n2("2")[0] and res.upper >= res.lower
     count["n"] = 0
-    res3 = global_l2_constant(3, 1, "inf", tol=0.0001, time_budget=60, lower_restarts=2, smaller={2: 1.6077})
+    res3 = global_l2_constant(3, 1, "inf", tol=1e-7, time_budget=60, lower_restarts=2, smaller={2: 1.6077})
     assert not res3.complete
     Y = random_configurations(np.random.default_rng(calls), 3, 1, 100)
     assert np.all(reference_norm(Y, "inf") <= res3.upper)

@@ -8,13 +8,15 @@ Theorem used (proof: ``proofs/tail_bound.py``; ``_global_l2_tail``): for r >= 1,
     c_p(N, d) <= max( sup_{Y r-connected} ||M(Y)||_p ,  max_{1 <= s < N} c_p(s, d) + eps_p(r, N, d) ).
 
 The first term is bounded by branch and bound over a domain of r-connected configurations modulo symmetry
-(``_global_l2_domain``): each box gets the mean-value / vertex bound of ``_global_l2_mvf`` (outward rounded), or,
-when every configuration in it splits into groups at distance >= r_box >= 1 (``bottleneck_distance``), the tail
-bound max_s c_p(s) + eps_p(r_box); boxes with r_box >= r are covered by the second term. A box whose bound is at most
-(1 + tol) times the best lower bound is closed, the others are bisected along the coordinate with the largest
-first-order influence h_l ||dM/dtheta_l||. The certified value is the maximum over closed boxes, open boxes (their
-parent's bound, when the time budget ends first) and the tail term. The lower bound is ||M(Y)||_p at a stored
-witness Y, recomputed in float64.
+(``_global_l2_domain``): each box gets the mean-value / vertex bound and, on small boxes, the second-order Taylor
+bound of ``_global_l2_mvf`` (outward rounded), or, when every configuration in it splits into groups at distance
+>= r_box >= 1 (``bottleneck_distance``), the tail bound max_s c_p(s) + eps_p(r_box); boxes with r_box >= r are
+covered by the second term. r is the smallest radius on a grid whose tail term stays below the closing threshold
+(``choose_r``): the smaller r, the smaller the domain. A box whose bound is at most (1 + tol) times the best lower
+bound is closed, the others are bisected along the coordinate that contributes most to their bound's error
+(h_l ||dM/dtheta_l|| for the mean-value form, h_l sum_m h_m |d^2M/dtheta_l dtheta_m| for the Taylor form). The
+certified value is the maximum over closed boxes, open boxes (their parent's bound, when the time budget ends first
+or on Ctrl-C) and the tail term. The lower bound is ||M(Y)||_p at a stored witness Y, recomputed in float64.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from ._global_l2_mvf import box_bounds
 from ._global_l2_tail import tail_bound, tail_bound_lookup, tail_bound_table
 
 DEFAULT_R = 3.5
+R_GRID = tuple(1.5 + 0.25 * k for k in range(9))  # 1.5, 1.75, ..., 3.5
+"""Cluster radii tried by ``choose_r``."""
 
 
 @dataclass(frozen=True)
@@ -71,7 +75,17 @@ def domain(N: int, d: int, norm: str, r: float) -> Domain:
     raise ValueError(f"global branch and bound is implemented for d in (1, 2), got d = {d}")
 
 
-def global_l2_constant(N: int, d: int, norm: str, *, r: float = DEFAULT_R, tol: float = 0.005,
+def choose_r(N: int, d: int, norm: str, best_smaller: float, lower: float, tol: float) -> float:
+    """The smallest radius r in R_GRID whose tail term max_s c_p(s) + eps_p(r, N, d) is at most lower (1 + tol / 2),
+    so that it stays below the closing threshold; DEFAULT_R if none is. A smaller r shrinks the domain of
+    r-connected configurations the branch and bound must cover (gaps, or coordinates, up to r or (N - 1) r)."""
+    for r in R_GRID:
+        if best_smaller + tail_bound(r, N, d, norm) <= lower * (1.0 + 0.5 * tol):
+            return r
+    return DEFAULT_R
+
+
+def global_l2_constant(N: int, d: int, norm: str, *, r: float | None = None, tol: float = 0.005,
                        time_budget: float = 600.0, smaller: dict[int, float] | None = None, batch: int = 256,
                        lower_restarts: int = 24, seed: int = 0,
                        progress: Callable[[str], None] | None = None) -> GlobalL2Result:
@@ -79,6 +93,7 @@ def global_l2_constant(N: int, d: int, norm: str, *, r: float = DEFAULT_R, tol: 
 
     ``smaller`` maps s -> a certified upper bound on c_p(s, d) for 2 <= s < N (c_p(1, d) = 1); missing entries
     are computed recursively with the same settings. ``time_budget`` is in seconds of wall time for this N.
+    ``r`` is the cluster radius of the tail bound; None picks the smallest adequate one (``choose_r``).
     Ctrl-C (KeyboardInterrupt) during the branch and bound ends it early with the bound certified so far
     (``complete`` False, ``details["interrupted"]`` True); during the lower-bound search or the recursion it
     propagates.
@@ -95,12 +110,13 @@ def global_l2_constant(N: int, d: int, norm: str, *, r: float = DEFAULT_R, tol: 
             smaller[s] = global_l2_constant(s, d, norm, r=r, tol=tol, time_budget=time_budget, smaller=smaller,
                                             batch=batch, seed=seed).upper
     best_smaller = max(smaller[s] for s in range(1, N))
+    lower, witness = search_lower(N, d, norm, restarts=lower_restarts, seed=seed)
+    if r is None:
+        r = choose_r(N, d, norm, best_smaller, lower, tol)
     eps = tail_bound(r, N, d, norm)
     tail_total = float(iv.round_up(np.array(best_smaller + eps)))
     dom = domain(N, d, norm, r)
     par = dom.par
-
-    lower, witness = search_lower(N, d, norm, restarts=lower_restarts, seed=seed)
     table = tail_bound_table(N, d, norm, r)
     # open boxes, processed best first (largest bound first), so that the certified value falls steadily
     open_lo, open_hi, open_ub = dom.lo[None].copy(), dom.hi[None].copy(), np.array([np.inf])
@@ -131,7 +147,7 @@ def global_l2_constant(N: int, d: int, norm: str, *, r: float = DEFAULT_R, tol: 
             if lo.shape[0] == 0:
                 in_flight = -np.inf
                 continue
-            ub, centre_norm, scores = box_bounds(lo, hi, par, norm, target=lower * (1.0 + tol))
+            ub, centre_norm, scores = box_bounds(lo, hi, par, norm)
             boxes += lo.shape[0]
             ub = np.minimum(ub, parent_ub)
             # every configuration of the box splits into groups at distance >= r_box: tail bound with r_box
