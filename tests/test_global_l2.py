@@ -186,6 +186,20 @@ def test_second_order_enclosure_contains_finite_differences(N: int, d: int, widt
     assert np.all((enc.c.v.lo <= M + 1e-12) & (M <= enc.c.v.hi + 1e-12))
 
 
+def test_second_order_duals_do_not_mix_with_first_order_ones() -> None:
+    """A second-order Dual with h = None is exactly linear; a first-order one has an unknown Hessian: combining the
+    two would treat the unknown Hessian as zero, so it is refused."""
+    x = Interval(np.zeros((1, 2)), np.ones((1, 2)))
+    g = Interval.point(np.ones((1, 2, 1)))
+    linear = Dual(x, g, second=True)
+    first = Dual(x, g)
+    with pytest.raises(ValueError, match="second-order"):
+        linear * first
+    with pytest.raises(ValueError, match="second-order"):
+        first + linear
+    assert (linear * linear).h is not None  # the product of linear forms has a (constant) Hessian
+
+
 def test_narrow_hessian_enclosure_is_caught() -> None:
     """A Hessian enclosure 10% narrower than the range of sampled second differences fails ``hessian_outside``."""
     rng = np.random.default_rng(21)

@@ -77,11 +77,18 @@ class Dual:
             v = iv.intersect(v, self.c.v + iv.isum(self.c.g * t, axis=-1) + quadratic * 0.5)
         return Dual(v, g, self.c, self.t, self.h, self.second)
 
+    def _same_order(self, o: "Dual") -> None:
+        # h = None means "exactly zero" only for a second-order Dual: mixing orders would drop an unknown Hessian
+        if self.second != o.second:
+            raise ValueError("cannot combine a second-order Dual with a first-order one")
+
     def __add__(self, o: "Dual") -> "Dual":
+        self._same_order(o)
         return Dual(self.v + o.v, None if self.g is None else self.g + o.g,
                     None if self.c is None else self.c + o.c, self.t, _add(self.h, o.h), self.second or o.second)
 
     def __mul__(self, o: "Dual") -> "Dual":
+        self._same_order(o)
         g = None if self.g is None else self.g * o.v.expand(-1) + self.v.expand(-1) * o.g
         h = None
         second = self.second or o.second
@@ -230,7 +237,7 @@ def enclose_core_jacobian(theta: Interval, par: Parametrisation, with_grad: bool
     tightened by its centred form (``Dual.tightened``).
     """
     A = par.A
-    N, d = par.N, par.d
+    N, d, L = par.N, par.d, par.L
     B = theta.lo.shape[0]
     # D[j, k, c] = y_j - y_k;  S[i, j, k, c] = y_j + y_k - 2 y_i
     cD = A[:, None] - A[None, :]  # (N, N, d, L)
@@ -259,7 +266,6 @@ def enclose_core_jacobian(theta: Interval, par: Parametrisation, with_grad: bool
             # softmax form of the second derivatives, without the cancellations of the chain rule above:
             # d^2 P_ij = P_ij [ m_ij m_ij^T - Cov_i(a) + sum_k P_ik (Qc_ij - Qc_ik) ],  m_ij = sum_k P_ik (a_ij - a_ik),
             # Cov_i(a) = 1/2 sum_{j,k} P_ij P_ik (a_ij - a_ik)(a_ij - a_ik)^T,  da_ij / dtheta = Qc[i, j]
-            L = par.L
             m = iv.isum(P.v.reshape(B, N, 1, N, 1) * A_diff, axis=3)  # (B, i, j, L)
             cov_a = iv.isum(iv.isum(_expand2(PP_ijk) * _outer_self(A_diff), axis=3), axis=2) * 0.5  # (B, i, L, L)
             const = iv.isum(_expand2(P.v).reshape(B, N, 1, N, 1, 1) * (Qc[:, :, None] - Qc[:, None, :])[None],
@@ -267,15 +273,28 @@ def enclose_core_jacobian(theta: Interval, par: Parametrisation, with_grad: bool
             inner = _outer_self(m) - cov_a.reshape(B, N, 1, L, L) + const
             hessian = _expand2(P.v) * inner
         P = Dual(P.v, iv.intersect(P.g, g2), P.c, P.t, hessian, with_hessian).tightened()
-    # U[i, j, c] = y_j - ybar_i = sum_k P_ik D_jk
-    U = (P.reshape(B, N, 1, N, 1) * D.reshape(B, 1, N, N, d)).sum(3)  # (B, N, N, d)
-    # 2 Cov_i[c, c'] = sum_{k, l} P_ik P_il D_kl[c] D_kl[c']
-    PP = P.reshape(B, N, N, 1) * P.reshape(B, N, 1, N)  # (B, i, k, l)
+    # U[i, j, c] = y_j - ybar_i = sum_k P_ik D_jk, and 2 Cov_i[c, c'] = sum_{k, l} P_ik P_il D_kl[c] D_kl[c']:
+    # values and gradients in these forms (no dependency between P and the points), first order only
+    P1, D1 = P.first_order(), D.first_order()
+    U = (P1.reshape(B, N, 1, N, 1) * D1.reshape(B, 1, N, N, d)).sum(3)  # (B, N, N, d)
+    PP = P1.reshape(B, N, N, 1) * P1.reshape(B, N, 1, N)  # (B, i, k, l)
     if d == 1:
-        Q = dual_square(D).reshape(B, 1, N, N, 1, 1)
+        Q = dual_square(D1).reshape(B, 1, N, N, 1, 1)
     else:
-        Q = (D.reshape(B, N, N, d, 1) * D.reshape(B, N, N, 1, d)).reshape(B, 1, N, N, d, d)
+        Q = (D1.reshape(B, N, N, d, 1) * D1.reshape(B, N, N, 1, d)).reshape(B, 1, N, N, d, d)
     cov2 = (PP.reshape(B, N, N, N, 1, 1) * Q).sum(2).sum(2)  # (B, N, d, d)
+    if with_hessian:
+        # second derivatives in forms N times smaller: U_ij = D_ji - w_i with w_i = sum_k P_ik D_ki (D_ji is linear,
+        # so d^2 U_ij = -d^2 w_i), and 2 Cov_i = 2 sum_k P_ik U_ik U_ik^T
+        DT = _linear(theta, np.swapaxes(cD, 0, 1), True, centre, offset, True)  # DT[i, k] = D[k, i] = y_k - y_i
+        w = (P.reshape(B, N, N, 1) * DT).sum(2)  # (B, N, d)
+        U = Dual(U.v, U.g, U.c, U.t, -Interval(np.broadcast_to(w.h.lo[:, :, None], (B, N, N, d, L, L)),
+                                               np.broadcast_to(w.h.hi[:, :, None], (B, N, N, d, L, L))),
+                 True).tightened()
+        UU = U.reshape(B, N, N, d, 1) * U.reshape(B, N, N, 1, d)
+        cov2_u = (P.reshape(B, N, N, 1, 1) * UU).sum(2)  # (B, N, d, d), halved below
+        cov2 = Dual(iv.intersect(cov2.v, cov2_u.v * 2.0), iv.intersect(cov2.g, cov2_u.g * 2.0), cov2.c, cov2.t,
+                    cov2_u.h * 2.0, True).tightened()
     # 2 P_ij U_ij[c] (y_i - y_j)[c'],  (y_i - y_j) = D[i, j]
     R = (P.reshape(B, N, N, 1) * U).reshape(B, N, N, d, 1) * D.reshape(B, N, N, 1, d)  # (B, i, j, c, c')
     eye = np.eye(d)
@@ -292,7 +311,6 @@ def enclose_core_jacobian(theta: Interval, par: Parametrisation, with_grad: bool
     M_v = assemble(R.v, P.v, cov2.v, ())
     if not with_grad:
         return Dual(M_v, None)
-    L = par.L
     M_g = assemble(R.g, P.g.reshape(B, N, N, L), cov2.g, (L,))
     M_h = None if not with_hessian else assemble(R.h, P.h.reshape(B, N, N, L, L), cov2.h, (L, L))
     if centre is None:
