@@ -87,13 +87,14 @@ def choose_r(N: int, d: int, norm: str, best_smaller: float, lower: float, tol: 
 
 def global_l2_constant(N: int, d: int, norm: str, *, r: float | None = None, tol: float = 0.005,
                        time_budget: float = 600.0, smaller: dict[int, float] | None = None, batch: int = 256,
-                       lower_restarts: int = 24, seed: int = 0,
+                       lower_restarts: int = 24, seed: int = 0, second_order: bool = True,
                        progress: Callable[[str], None] | None = None) -> GlobalL2Result:
     """Certified upper bound (and attained lower bound) on c_p(N, d) = sup_Y ||M(Y)||_p.
 
     ``smaller`` maps s -> a certified upper bound on c_p(s, d) for 2 <= s < N (c_p(1, d) = 1); missing entries
     are computed recursively with the same settings. ``time_budget`` is in seconds of wall time for this N.
     ``r`` is the cluster radius of the tail bound; None picks the smallest adequate one (``choose_r``).
+    ``second_order=False`` leaves out the Taylor bound (first-order forms only; for benchmarks).
     Ctrl-C (KeyboardInterrupt) during the branch and bound ends it early with the bound certified so far
     (``complete`` False, ``details["interrupted"]`` True); during the lower-bound search or the recursion it
     propagates.
@@ -108,7 +109,7 @@ def global_l2_constant(N: int, d: int, norm: str, *, r: float | None = None, tol
     for s in range(2, N):
         if s not in smaller:
             smaller[s] = global_l2_constant(s, d, norm, r=r, tol=tol, time_budget=time_budget, smaller=smaller,
-                                            batch=batch, seed=seed).upper
+                                            batch=batch, seed=seed, second_order=second_order).upper
     best_smaller = max(smaller[s] for s in range(1, N))
     lower, witness = search_lower(N, d, norm, restarts=lower_restarts, seed=seed)
     if r is None:
@@ -147,7 +148,7 @@ def global_l2_constant(N: int, d: int, norm: str, *, r: float | None = None, tol
             if lo.shape[0] == 0:
                 in_flight = -np.inf
                 continue
-            ub, centre_norm, scores = box_bounds(lo, hi, par, norm)
+            ub, centre_norm, scores = box_bounds(lo, hi, par, norm, second_order)
             boxes += lo.shape[0]
             ub = np.minimum(ub, parent_ub)
             # every configuration of the box splits into groups at distance >= r_box: tail bound with r_box
@@ -187,7 +188,8 @@ def global_l2_constant(N: int, d: int, norm: str, *, r: float | None = None, tol
     if not interrupted:  # after Ctrl-C, return at once with the lower bound found so far
         lower, witness = polish(witness, norm)
     seconds = time.perf_counter() - start
-    method = (f"branch and bound, mean-value form with vertex enumeration, outward-rounded intervals; "
+    forms = "mean-value and second-order Taylor forms" if second_order else "mean-value form"
+    method = (f"branch and bound, {forms} with vertex enumeration, outward-rounded intervals; "
               f"tail bound r = {r}; {dom.description}")
     return GlobalL2Result(N=N, d=d, norm=norm, upper=float(upper), lower=float(lower), witness=witness,
                           seconds=seconds, boxes=boxes, complete=not (timed_out or interrupted), r=r, tail=tail_total,
