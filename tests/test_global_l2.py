@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from certify.bounds import _global_l2_mvf as mvf
 from certify.bounds._global_l2 import DEFAULT_R, R_GRID, choose_r, domain, global_l2_constant
 from certify.bounds._global_l2_domain import bottleneck_distance, pair_sq_distances
-from certify.bounds._global_l2_enclosure import Dual, core_jacobian_float, enclose_core_jacobian
+from certify.bounds._global_l2_enclosure import Dual, core_jacobian_float, dual_exp, enclose_core_jacobian
 from certify.bounds._global_l2_lower import search_lower
 from certify.bounds._global_l2_tail import tail_bound, tail_bound_lookup, tail_bound_table
 from certify.interval import Interval
@@ -171,7 +171,8 @@ def test_enclosure_contains_samples_and_derivatives(N: int, d: int, width: float
 @settings(max_examples=10, deadline=None)
 @given(N=st.integers(2, 5), d=st.integers(1, 2), width=st.sampled_from([0.01, 0.1, 0.4]), seed=st.integers(0, 99))
 def test_second_order_enclosure_contains_finite_differences(N: int, d: int, width: float, seed: int) -> None:
-    """The Hessian enclosure (chain rule plus the softmax form of d^2 P) and the centred forms it tightens."""
+    """The Hessian enclosure (products, the softmax form of d^2 P, the forms of U and Cov) and the centred forms it
+    tightens."""
     if d == 2 and N > 4:
         N = 4
     rng = np.random.default_rng(seed)
@@ -198,6 +199,8 @@ def test_second_order_duals_do_not_mix_with_first_order_ones() -> None:
     with pytest.raises(ValueError, match="second-order"):
         first + linear
     assert (linear * linear).h is not None  # the product of linear forms has a (constant) Hessian
+    with pytest.raises(ValueError, match="first order only"):
+        dual_exp(linear)
 
 
 def test_narrow_hessian_enclosure_is_caught() -> None:

@@ -36,9 +36,9 @@ class Dual:
     optionally, of its Hessian (two trailing axes L, L).
 
     ``g`` is None in value-only evaluations. ``second`` says whether second derivatives are tracked; then ``h`` is
-    their enclosure, or None where they are exactly zero (linear forms of theta). Second derivatives follow the product and chain rules: (u w)'' = u'' w + u w'' +
-    u' w'^T + w' u'^T, (e^u)'' = e^u (u'' + u' u'^T), (1/z)'' = -z^-2 z'' + 2 z^-3 z' z'^T, (u^2)'' = 2 (u u'' +
-    u' u'^T).
+    their enclosure, or None where they are exactly zero (linear forms of theta). Sums and products carry them by
+    (u w)'' = u'' w + u w'' + u' w'^T + w' u'^T; the nonlinear functions below are first order only (the second
+    derivatives of P come from the softmax form in ``enclose_core_jacobian``).
 
     Centred forms. With ``c`` (the same quantity evaluated at the box centre theta_c: a Dual of point enclosures,
     with its gradient when ``h`` is tracked) and ``t`` (an enclosure of theta - theta_c, shape (B, L)), every
@@ -85,18 +85,17 @@ class Dual:
     def __add__(self, o: "Dual") -> "Dual":
         self._same_order(o)
         return Dual(self.v + o.v, None if self.g is None else self.g + o.g,
-                    None if self.c is None else self.c + o.c, self.t, _add(self.h, o.h), self.second or o.second)
+                    None if self.c is None else self.c + o.c, self.t, _add(self.h, o.h), self.second)
 
     def __mul__(self, o: "Dual") -> "Dual":
         self._same_order(o)
         g = None if self.g is None else self.g * o.v.expand(-1) + self.v.expand(-1) * o.g
         h = None
-        second = self.second or o.second
-        if second:
+        if self.second:
             cross = _outer(self.g, o.g)
             h = _add(_add(None if self.h is None else self.h * _expand2(o.v),
                           None if o.h is None else _expand2(self.v) * o.h), cross + cross.swapaxes(-1, -2))
-        return self._with(self.v * o.v, g, None if self.c is None else self.c * o.c, h, second)
+        return self._with(self.v * o.v, g, None if self.c is None else self.c * o.c, h, self.second)
 
     def sum(self, axis: int) -> "Dual":
         """Sum over a value axis (negative axes count from the end of the value shape)."""
@@ -150,11 +149,17 @@ def _outer_offsets(t: Interval, extra: int) -> Interval:
     return _outer_self(t).reshape(*((B,) + (1,) * extra + (L, L)))
 
 
+def _first_order_only(x: Dual, name: str) -> None:
+    if x.second:
+        raise ValueError(f"{name} is first order only: enclose_core_jacobian gets the second derivatives of P from "
+                         f"the softmax form, not through {name}")
+
+
 def dual_exp(x: Dual) -> Dual:
+    _first_order_only(x, "dual_exp")
     e = iv.exp(x.v)
-    h = None if not x.second else _expand2(e) * _add(x.h, _outer(x.g, x.g))
-    return x._with(e, None if x.g is None else x.g * e.expand(-1), None if x.c is None else dual_exp(x.c), h,
-                   x.second)
+    return x._with(e, None if x.g is None else x.g * e.expand(-1), None if x.c is None else dual_exp(x.c), None,
+                   False)
 
 
 def _probability(z: Interval) -> Interval:
@@ -165,19 +170,16 @@ def _probability(z: Interval) -> Interval:
 
 def dual_reciprocal_probability(z: Dual) -> Dual:
     """1 / z for z >= 1 (a softmax denominator containing exp(0) = 1); the value is clipped to [0, 1]."""
+    _first_order_only(z, "dual_reciprocal_probability")
     p = _probability(z.v)
-    p2 = iv.square(p)
-    h = None
-    if z.second:
-        h = _add(None if z.h is None else -(_expand2(p2) * z.h), _expand2(p2 * p * 2.0) * _outer(z.g, z.g))
-    return z._with(p, None if z.g is None else -(p2.expand(-1) * z.g),
-                   None if z.c is None else dual_reciprocal_probability(z.c), h, z.second)
+    return z._with(p, None if z.g is None else -(iv.square(p).expand(-1) * z.g),
+                   None if z.c is None else dual_reciprocal_probability(z.c), None, False)
 
 
 def dual_square(x: Dual) -> Dual:
-    h = None if not x.second else _add(None if x.h is None else _expand2(x.v) * x.h, _outer_self(x.g)) * 2.0
+    _first_order_only(x, "dual_square")
     return x._with(iv.square(x.v), None if x.g is None else x.g * x.v.expand(-1) * 2.0,
-                   None if x.c is None else dual_square(x.c), h, x.second)
+                   None if x.c is None else dual_square(x.c), None, False)
 
 
 @dataclass(frozen=True)
