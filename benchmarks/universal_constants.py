@@ -8,9 +8,10 @@ the JSON table that ``certify.bounds.universal_constant`` reads.
     python benchmarks/universal_constants.py                       # the whole shipped table (long)
     python benchmarks/universal_constants.py --N 2 --d 1 --norm 2  # one entry (smaller N recomputed first)
 
-Runs single-threaded (OMP_NUM_THREADS=1 is set here). Each entry gets --time-budget seconds (for N with several
-smaller N not in the table, those are computed first with the same budget). An entry whose branch and bound ran out
-of time still has a certified upper bound (open boxes keep their parent's bound); it is marked "complete": false.
+Runs single-threaded (OMP_NUM_THREADS=1 is set here) unless --workers asks for more processes. Each entry gets
+--time-budget seconds (for N with several smaller N not in the table, those are computed first with the same
+budget). An entry whose branch and bound ran out of time still has a certified upper bound (open boxes keep their
+parent's bound); it is marked "complete": false.
 """
 
 from __future__ import annotations
@@ -62,6 +63,18 @@ def default_tol(N: int, d: int) -> float:
     return 0.04
 
 
+def command(N: int, d: int, norm: str, args: argparse.Namespace) -> str:
+    """The command that regenerates one entry with the settings used (defaults left out)."""
+    text = f"python benchmarks/universal_constants.py --N {N} --d {d} --norm {norm}"
+    if args.time_budget != 600.0:
+        text += f" --time-budget {args.time_budget:g}"
+    if args.tol is not None:
+        text += f" --tol {args.tol:g}"
+    if args.workers != 1:
+        text += f" --workers {args.workers}"
+    return text
+
+
 def load(path: Path) -> dict:
     if path.exists():
         return json.loads(path.read_text())
@@ -78,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="close boxes below (1 + tol) * lower (default: default_tol(N, d))")
     parser.add_argument("--r", type=float, default=None,
                         help="cluster radius of the tail bound (default: the smallest adequate one, choose_r)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="processes evaluating each batch of boxes (default 1; the certificate does not depend on it)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON table to update (default: shipped)")
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args(argv)
@@ -96,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
             smaller = {s: entries[(s, d, norm)]["upper"] for s in range(2, N) if (s, d, norm) in entries}
             tol = args.tol if args.tol is not None else default_tol(N, d)
             res = global_l2_constant(N, d, norm, r=args.r, tol=tol, time_budget=args.time_budget, smaller=smaller,
-                                     progress=lambda msg: print("  " + msg, file=sys.stderr, flush=True))
+                                     workers=args.workers, progress=lambda msg: print("  " + msg, file=sys.stderr, flush=True))
             paper = paper_constant(N, d, norm)
             print(f"{N:>2} {d:>2} {norm:>4} {min(res.upper, proven_default(N, d, norm)):10.6f} {res.lower:10.6f} "
                   f"{min(res.upper, proven_default(N, d, norm)) / res.lower:7.4f} {paper:8.4f} "
@@ -109,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
             entries[(N, d, norm)] = {
                 "N": N, "d": d, "norm": norm, "upper": upper, "lower": res.lower,
                 "seconds": round(res.seconds, 1), "boxes": res.boxes, "method": method, "bnb_upper": res.upper,
-                "command": f"python benchmarks/universal_constants.py --N {N} --d {d} --norm {norm}",
+                "command": command(N, d, norm, args),
                 "witness": np.asarray(res.witness).tolist(), "complete": res.complete, "tol": tol, "r": res.r,
                 "tail": res.tail, "paper": paper,
             }

@@ -48,6 +48,7 @@ import numpy as np
 import sympy as sp
 
 from proofs._check import fact, numeric
+from proofs._l2numeric import core_blocks
 from proofs._result import ProofResult, Status, combine
 
 CLAIM = ("for groups S, T at distance >= r >= 1: sum_j ||E_ij||_2 <= (N-1) e^{-r^2} (3 + 12W + 4r^2 + 8r sqrt W), "
@@ -88,21 +89,9 @@ def _symbolic() -> list[tuple[Status, str]]:
 
 
 def _core(Y: np.ndarray) -> np.ndarray:
-    """M(Y) (N d x N d) in float64, written out independently of certify (MATH.md section 2)."""
+    """M(Y) (N d x N d) in float64 (``_l2numeric.core_blocks``)."""
     N, d = Y.shape
-    diff = Y[:, None, :] - Y[None, :, :]
-    logits = -np.sum(diff**2, axis=-1)
-    P = np.exp(logits - logits.max(axis=1, keepdims=True))
-    P /= P.sum(axis=1, keepdims=True)
-    ybar = P @ Y
-    M = np.zeros((N, d, N, d))
-    for i in range(N):
-        dev = Y - ybar[i]
-        cov = (P[i][:, None, None] * dev[:, :, None] * dev[:, None, :]).sum(0)
-        for j in range(N):
-            M[i, :, j, :] = P[i, j] * np.eye(d) + 2 * P[i, j] * np.outer(Y[j] - ybar[i], Y[i] - Y[j])
-        M[i, :, i, :] += 2 * cov
-    return M.reshape(N * d, N * d)
+    return core_blocks(Y).reshape(N * d, N * d)
 
 
 def _two_clusters(rng: np.random.Generator, N: int, d: int, r: float) -> tuple[np.ndarray, np.ndarray]:

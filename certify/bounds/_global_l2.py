@@ -8,10 +8,12 @@ Theorem used (proof: ``proofs/tail_bound.py``; ``_global_l2_tail``): for r >= 1,
     c_p(N, d) <= max( sup_{Y r-connected} ||M(Y)||_p ,  max_{1 <= s < N} c_p(s, d) + eps_p(r, N, d) ).
 
 The first term is bounded by branch and bound over a domain of r-connected configurations modulo symmetry
-(``_global_l2_domain``): each box gets the mean-value / vertex bound and, on small boxes, the second-order Taylor
-bound of ``_global_l2_mvf`` (outward rounded), or, when every configuration in it splits into groups at distance
->= r_box >= 1 (``bottleneck_distance``), the tail bound max_s c_p(s) + eps_p(r_box); boxes with r_box >= r are
-covered by the second term. r is the smallest radius on a grid whose tail term stays below the closing threshold
+(``_global_l2_domain``). Each box first gets the split bound of ``_global_l2_split`` (proof:
+``proofs/split_bound.py``) for every partition of its tokens into groups at least SPLIT_MIN_DISTANCE apart in all its
+configurations (``cluster_partitions``): max_g c_p(|G_g|) + a box enclosure of the remainder, cheap and independent
+of the groups' internal widths; and the tail bound max_s c_p(s) + eps_p(r_box) when r_box >= 1. Boxes those do not
+close get the mean-value / vertex bound and, on small boxes, the second-order Taylor bound of ``_global_l2_mvf``
+(outward rounded). Boxes with r_box >= r are covered by the second term. r is the smallest radius on a grid whose tail term stays below the closing threshold
 (``choose_r``): the smaller r, the smaller the domain. A box whose bound is at most (1 + tol) times the best lower
 bound is closed, the others are bisected along the coordinate that contributes most to their bound's error
 (h_l ||dM/dtheta_l|| for the mean-value form, h_l sum_m h_m |d^2M/dtheta_l dtheta_m| for the Taylor form). The
@@ -22,6 +24,8 @@ or on Ctrl-C) and the tail term. The lower bound is ||M(Y)||_p at a stored witne
 from __future__ import annotations
 
 import math
+import multiprocessing
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,15 +33,18 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import interval as iv
-from ._global_l2_domain import Domain, bottleneck_distance, gap_domain, octant_plane_domain, plane_domain
+from ._global_l2_domain import Domain, cluster_partitions, gap_domain, octant_plane_domain, plane_domain
 from ._global_l2_enclosure import Parametrisation
 from ._global_l2_lower import core_norm, polish, search_lower
 from ._global_l2_mvf import box_bounds
+from ._global_l2_split import split_bound
 from ._global_l2_tail import tail_bound, tail_bound_lookup, tail_bound_table
 
 DEFAULT_R = 3.5
 R_GRID = tuple(1.5 + 0.25 * k for k in range(9))  # 1.5, 1.75, ..., 3.5
 """Cluster radii tried by ``choose_r``."""
+SPLIT_MIN_DISTANCE = 1.0
+"""Boxes whose groups are at least this far apart also get the split bound (``_global_l2_split``)."""
 
 
 @dataclass(frozen=True)
@@ -85,9 +92,103 @@ def choose_r(N: int, d: int, norm: str, best_smaller: float, lower: float, tol: 
     return DEFAULT_R
 
 
+def split_bounds(lo: np.ndarray, hi: np.ndarray, par: Parametrisation, norm: str, distances: np.ndarray,
+                 labels: np.ndarray, smaller: dict[int, float]) -> np.ndarray:
+    """The smallest split bound (``_global_l2_split``) over the partitions of ``cluster_partitions`` whose groups are
+    at least SPLIT_MIN_DISTANCE apart (inf where none is)."""
+    best = np.full(lo.shape[0], np.inf)
+    for k in range(distances.shape[1]):
+        new = distances[:, k] >= SPLIT_MIN_DISTANCE
+        if k > 0:
+            new &= distances[:, k] < distances[:, k - 1]  # same threshold, same partition
+        if new.any():
+            best[new] = np.minimum(best[new], split_bound(lo[new], hi[new], par, norm, labels[new, k], smaller))
+    return best
+
+
+@dataclass(frozen=True)
+class BoxSetting:
+    """What ``evaluate_boxes`` needs besides the boxes: the domain, the norm, the tail radius r, whether to use
+    the Taylor form, the certified constants c_p(s) for s < N, their maximum and the tail table."""
+
+    domain: Domain
+    norm: str
+    r: float
+    second_order: bool
+    smaller: dict[int, float]
+    best_smaller: float
+    table: tuple[np.ndarray, np.ndarray]
+
+
+@dataclass(frozen=True)
+class BoxEvaluation:
+    """The boxes of a batch that are still open after their cheap bounds, with their bounds (``ub``), the norm at
+    their centres (``centre_norm``, for the lower bound) and per-axis split scores; ``closed_max`` is the largest
+    bound of the boxes the split / tail bounds closed (-inf if none), ``evaluated`` the number of boxes bounded."""
+
+    lo: np.ndarray
+    hi: np.ndarray
+    ub: np.ndarray
+    centre_norm: np.ndarray
+    scores: np.ndarray
+    closed_max: float
+    evaluated: int
+
+    @staticmethod
+    def concatenate(parts: list["BoxEvaluation"]) -> "BoxEvaluation":
+        return BoxEvaluation(*(np.concatenate([getattr(p, f) for p in parts]) for f in
+                               ("lo", "hi", "ub", "centre_norm", "scores")),
+                             max(p.closed_max for p in parts), sum(p.evaluated for p in parts))
+
+
+def evaluate_boxes(lo: np.ndarray, hi: np.ndarray, parent_ub: np.ndarray, threshold: float,
+                   setting: BoxSetting) -> BoxEvaluation:
+    """Certified bounds on max ||M||_p over boxes (B, L), each also capped by its parent's bound.
+
+    Boxes covered by a symmetric image, or by the tail term (r_box >= r), are dropped. Then the split bounds and the
+    tail bound with r_box; boxes they bring to at most ``threshold`` are closed at once, and the others also get the
+    mean-value / Taylor bounds of ``box_bounds`` (the smallest bound is kept).
+    """
+    dom, norm, par = setting.domain, setting.norm, setting.domain.par
+    keep = ~dom.symmetry_drop(lo, hi)
+    distances, labels = cluster_partitions(par, lo, hi)
+    keep &= distances[:, 0] < setting.r  # not r-connected anywhere: covered by the tail term
+    lo, hi, parent_ub, distances, labels = lo[keep], hi[keep], parent_ub[keep], distances[keep], labels[keep]
+    L = lo.shape[1]
+    if lo.shape[0] == 0:
+        empty = np.zeros((0, L))
+        return BoxEvaluation(empty, empty, np.zeros(0), np.zeros(0), empty, -np.inf, 0)
+    # groups far apart in every configuration of the box: the split bound of each such partition (cheap, so it goes
+    # first: boxes it closes skip the Taylor / mean-value forms), and the tail bound with r_box
+    split = split_bounds(lo, hi, par, norm, distances, labels, setting.smaller)
+    split = np.minimum(split, iv.round_up(setting.best_smaller + tail_bound_lookup(setting.table, distances[:, 0])))
+    split = np.minimum(split, parent_ub)
+    evaluated = lo.shape[0]
+    closed = split <= threshold
+    closed_max = float(split[closed].max()) if closed.any() else -np.inf
+    lo, hi, split = lo[~closed], hi[~closed], split[~closed]
+    if lo.shape[0] == 0:
+        empty = np.zeros((0, L))
+        return BoxEvaluation(empty, empty, np.zeros(0), np.zeros(0), empty, closed_max, evaluated)
+    ub, centre_norm, scores = box_bounds(lo, hi, par, norm, setting.second_order, threshold)
+    ub = np.minimum(ub, split)
+    return BoxEvaluation(lo, hi, ub, centre_norm, scores, closed_max, evaluated)
+
+
+def _ignore_interrupt() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is handled by the parent, which stops the workers
+
+
+def _pool(workers: int):
+    """A pool of forked worker processes, or None for ``workers == 1``."""
+    if workers == 1:
+        return None
+    return multiprocessing.get_context("fork").Pool(workers, initializer=_ignore_interrupt)
+
+
 def global_l2_constant(N: int, d: int, norm: str, *, r: float | None = None, tol: float = 0.005,
                        time_budget: float = 600.0, smaller: dict[int, float] | None = None, batch: int = 256,
-                       lower_restarts: int = 24, seed: int = 0, second_order: bool = True,
+                       lower_restarts: int = 24, seed: int = 0, second_order: bool = True, workers: int = 1,
                        progress: Callable[[str], None] | None = None) -> GlobalL2Result:
     """Certified upper bound (and attained lower bound) on c_p(N, d) = sup_Y ||M(Y)||_p.
 
@@ -95,6 +196,9 @@ def global_l2_constant(N: int, d: int, norm: str, *, r: float | None = None, tol
     are computed recursively with the same settings. ``time_budget`` is in seconds of wall time for this N.
     ``r`` is the cluster radius of the tail bound; None picks the smallest adequate one (``choose_r``).
     ``second_order=False`` leaves out the Taylor bound (first-order forms only; for benchmarks).
+    ``workers`` > 1 evaluates each batch (``batch * workers`` boxes) in that many forked processes; the boxes, their
+    bounds and the certified value do not depend on it, only the wall time (and, through the larger batches, the
+    order in which boxes are refined).
     Ctrl-C (KeyboardInterrupt) during the branch and bound ends it early with the bound certified so far
     (``complete`` False, ``details["interrupted"]`` True); during the lower-bound search or the recursion it
     propagates.
@@ -103,13 +207,16 @@ def global_l2_constant(N: int, d: int, norm: str, *, r: float | None = None, tol
         raise ValueError(f"norm must be '2' or 'inf', got {norm!r}")
     if not (isinstance(N, int) and N >= 2):
         raise ValueError(f"N must be an integer >= 2, got {N!r}")
+    if not (isinstance(workers, int) and workers >= 1):
+        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
     start = time.perf_counter()
     smaller = dict(smaller or {})
     smaller[1] = 1.0
     for s in range(2, N):
         if s not in smaller:
             smaller[s] = global_l2_constant(s, d, norm, r=r, tol=tol, time_budget=time_budget, smaller=smaller,
-                                            batch=batch, seed=seed, second_order=second_order).upper
+                                            batch=batch, seed=seed, second_order=second_order,
+                                            workers=workers).upper
     best_smaller = max(smaller[s] for s in range(1, N))
     lower, witness = search_lower(N, d, norm, restarts=lower_restarts, seed=seed)
     if r is None:
@@ -119,6 +226,7 @@ def global_l2_constant(N: int, d: int, norm: str, *, r: float | None = None, tol
     dom = domain(N, d, norm, r)
     par = dom.par
     table = tail_bound_table(N, d, norm, r)
+    setting = BoxSetting(dom, norm, float(r), second_order, dict(smaller), best_smaller, table)
     # open boxes, processed best first (largest bound first), so that the certified value falls steadily
     open_lo, open_hi, open_ub = dom.lo[None].copy(), dom.hi[None].copy(), np.array([np.inf])
     closed_max = -np.inf
@@ -126,6 +234,8 @@ def global_l2_constant(N: int, d: int, norm: str, *, r: float | None = None, tol
     last_report = start
     timed_out = interrupted = False
     in_flight = -np.inf  # the largest parent bound of the batch being processed (not in open_ub meanwhile)
+    pool = _pool(workers)
+    batch = batch * max(1, workers)
     try:
         while open_lo.shape[0]:
             if time.perf_counter() - start > time_budget:
@@ -141,19 +251,19 @@ def global_l2_constant(N: int, d: int, norm: str, *, r: float | None = None, tol
             else:
                 lo, hi, parent_ub = open_lo, open_hi, open_ub
                 open_lo, open_hi, open_ub = open_lo[:0], open_hi[:0], open_ub[:0]
-            keep = ~dom.symmetry_drop(lo, hi)
-            r_box = bottleneck_distance(par, lo, hi)
-            keep &= r_box < r  # not r-connected anywhere: covered by the tail term
-            lo, hi, parent_ub, r_box = lo[keep], hi[keep], parent_ub[keep], r_box[keep]
+            threshold = lower * (1.0 + tol)
+            if pool is None:
+                out = evaluate_boxes(lo, hi, parent_ub, threshold, setting)
+            else:
+                chunks = [c for c in np.array_split(np.arange(lo.shape[0]), workers) if c.size]
+                out = BoxEvaluation.concatenate(pool.starmap(
+                    evaluate_boxes, [(lo[c], hi[c], parent_ub[c], threshold, setting) for c in chunks]))
+            boxes += out.evaluated
+            closed_max = max(closed_max, out.closed_max)
+            lo, hi, ub, centre_norm, scores = out.lo, out.hi, out.ub, out.centre_norm, out.scores
             if lo.shape[0] == 0:
                 in_flight = -np.inf
                 continue
-            ub, centre_norm, scores = box_bounds(lo, hi, par, norm, second_order)
-            boxes += lo.shape[0]
-            ub = np.minimum(ub, parent_ub)
-            # every configuration of the box splits into groups at distance >= r_box: tail bound with r_box
-            split_tail = iv.round_up(best_smaller + tail_bound_lookup(table, r_box))
-            ub = np.minimum(ub, split_tail)
             k_best = int(np.argmax(centre_norm))
             if centre_norm[k_best] > lower:
                 Yc = par.points((0.5 * lo[k_best] + 0.5 * hi[k_best])[None])[0]
@@ -183,6 +293,9 @@ def global_l2_constant(N: int, d: int, norm: str, *, r: float | None = None, tol
                          f"closed max {closed_max:.6f}, open max {open_max:.6f}, {time.perf_counter() - start:.0f} s")
     except KeyboardInterrupt:  # Ctrl-C: keep what is certified so far (the batch in flight keeps its parents' bound)
         interrupted = True
+    finally:
+        if pool is not None:
+            pool.terminate()
     open_max = max(float(open_ub.max()) if open_ub.size else -np.inf, in_flight)
     upper = max(closed_max, open_max, tail_total)
     if not interrupted:  # after Ctrl-C, return at once with the lower bound found so far

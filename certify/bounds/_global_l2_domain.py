@@ -73,11 +73,15 @@ def pair_sq_distances(par: Parametrisation, lo: np.ndarray, hi: np.ndarray) -> I
     return iv.isum(iv.square(diff), axis=-1)
 
 
-def bottleneck_distance(par: Parametrisation, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """A lower bound, for each box, on max over partitions (S, T) of min_{i in S, j in T} ||y_i - y_j||.
+def cluster_partitions(par: Parametrisation, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Partitions of the tokens into groups that are far apart in every configuration of each box (B, L).
 
-    It is the largest edge of a minimum spanning tree of the lower bounds of the pairwise distances (Prim), so every
-    configuration in the box splits into two groups at distance >= the returned value.
+    Let a_1 >= ... >= a_{N-1} be the edges of a minimum spanning tree of the lower bounds of the pairwise
+    distances (Prim). Returns (a, labels): a (B, N - 1) and labels (B, N - 1, N), where labels[b, k] numbers the
+    connected components of the graph of pairs whose distance lower bound is < a[b, k]. Two tokens in different
+    components are at distance >= a[b, k] in every configuration of the box. The graph has at least k + 2
+    components when a_k > a_{k+1} (the spanning tree has k + 1 edges >= a_k, and a tree edge of a component would be
+    < a_k), so a[:, 0] is the bottleneck distance: every configuration splits into two groups at least that far apart.
     """
     d2 = pair_sq_distances(par, lo, hi).lo
     dist = np.maximum(iv.round_down(np.sqrt(np.maximum(d2, 0.0))), 0.0)  # (B, N, N)
@@ -85,15 +89,27 @@ def bottleneck_distance(par: Parametrisation, lo: np.ndarray, hi: np.ndarray) ->
     in_tree = np.zeros((B, N), dtype=bool)
     in_tree[:, 0] = True
     best = dist[:, 0, :].copy()
-    largest = np.zeros(B)
+    edges = np.zeros((B, N - 1))
     rows = np.arange(B)
-    for _ in range(N - 1):
+    for k in range(N - 1):
         cand = np.where(in_tree, np.inf, best)
         nxt = np.argmin(cand, axis=1)
-        largest = np.maximum(largest, cand[rows, nxt])
+        edges[:, k] = cand[rows, nxt]
         in_tree[rows, nxt] = True
         best = np.minimum(best, dist[rows, nxt, :])
-    return largest
+    a = -np.sort(-edges, axis=1)
+    close = dist[:, None] < a[:, :, None, None]  # (B, N - 1, N, N)
+    close |= np.eye(N, dtype=bool)
+    labels = np.broadcast_to(np.arange(N), (B, N - 1, N))
+    for _ in range(N - 1):  # each token takes the smallest label among its neighbours: the component's smallest
+        labels = np.where(close, labels[:, :, None, :], N).min(axis=-1)
+    return a, labels
+
+
+def bottleneck_distance(par: Parametrisation, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """A lower bound, for each box, on max over partitions (S, T) of min_{i in S, j in T} ||y_i - y_j||: every
+    configuration in the box splits into two groups at distance >= the returned value (``cluster_partitions``)."""
+    return cluster_partitions(par, lo, hi)[0][:, 0]
 
 
 def gap_domain(N: int, r: float) -> Domain:

@@ -162,7 +162,8 @@ def dual_exp(x: Dual) -> Dual:
                    False)
 
 
-def _probability(z: Interval) -> Interval:
+def probability(z: Interval) -> Interval:
+    """1 / z for a softmax denominator z >= 1 (it contains exp(0) = 1), clipped to [0, 1]."""
     zc = Interval(np.maximum(z.lo, 1.0), np.maximum(z.hi, 1.0))
     p = iv.reciprocal(zc)
     return Interval(np.minimum(p.lo, 1.0), np.minimum(p.hi, 1.0))
@@ -171,7 +172,7 @@ def _probability(z: Interval) -> Interval:
 def dual_reciprocal_probability(z: Dual) -> Dual:
     """1 / z for z >= 1 (a softmax denominator containing exp(0) = 1); the value is clipped to [0, 1]."""
     _first_order_only(z, "dual_reciprocal_probability")
-    p = _probability(z.v)
+    p = probability(z.v)
     return z._with(p, None if z.g is None else -(iv.square(p).expand(-1) * z.g),
                    None if z.c is None else dual_reciprocal_probability(z.c), None, False)
 

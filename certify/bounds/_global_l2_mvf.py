@@ -168,17 +168,35 @@ def _first_and_second_order(lo: np.ndarray, hi: np.ndarray, par: Parametrisation
     return upper, centre_norm, scores
 
 
+TAYLOR_GATE = 1.25
+"""With a closing threshold, the second-order bound is computed only for boxes whose first-order bound is above the
+threshold but at most TAYLOR_GATE times it: measured at N = 6, it closes almost no box beyond 1.2 times, and it
+costs about three first-order evaluations."""
+
+
 def box_bounds(lo: np.ndarray, hi: np.ndarray, par: Parametrisation, norm: str,
-               second_order: bool = True) -> tuple[np.ndarray, ...]:
+               second_order: bool = True, threshold: float | None = None) -> tuple[np.ndarray, ...]:
     """For B boxes [lo, hi] (B, L): (upper bound of max ||M||_p over each box, ||M(c)||_p at the centre (float,
     an estimate used for lower bounds), split scores (B, L)).
 
     The bound is the smallest of the mean-value / vertex bound, the plain interval bound and, on boxes with
     half-widths <= TAYLOR_MAX_HALF_WIDTH (when ``second_order``), the Taylor bound of ``taylor_bounds``; those
-    boxes are enclosed once to second order, which also tightens the gradients the mean-value form uses.
+    boxes are enclosed once to second order, which also tightens the gradients the mean-value form uses. With a
+    ``threshold`` (the branch and bound's closing value), the second-order enclosure is computed only for the small
+    boxes whose first-order bound is in (threshold, TAYLOR_GATE * threshold]: the others close without it or are
+    split anyway.
     """
     h = np.maximum(hi - lo, 0.0) * 0.5
     small = (h.max(axis=1) <= TAYLOR_MAX_HALF_WIDTH) & second_order
+    if threshold is not None:
+        upper, centre_norm, scores = _first_and_second_order(lo, hi, par, norm, False)
+        retry = np.flatnonzero(small & (upper > threshold) & (upper <= TAYLOR_GATE * threshold))
+        if retry.size:
+            second, _, second_scores = _first_and_second_order(lo[retry], hi[retry], par, norm, True)
+            better = second < upper[retry]
+            upper[retry] = np.where(better, second, upper[retry])
+            scores[retry] = np.where(better[:, None], second_scores, scores[retry])
+        return upper, centre_norm, scores
     upper, centre_norm, scores = np.empty(lo.shape[0]), np.empty(lo.shape[0]), np.empty(lo.shape)
     for rows, second in ((np.flatnonzero(~small), False), (np.flatnonzero(small), True)):
         if rows.size:
