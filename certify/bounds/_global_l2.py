@@ -43,8 +43,10 @@ from ._global_l2_tail import tail_bound, tail_bound_lookup, tail_bound_table
 DEFAULT_R = 3.5
 R_GRID = tuple(1.5 + 0.25 * k for k in range(9))  # 1.5, 1.75, ..., 3.5
 """Cluster radii tried by ``choose_r``."""
-SPLIT_MIN_DISTANCE = 1.0
-"""Boxes whose groups are at least this far apart also get the split bound (``_global_l2_split``)."""
+SPLIT_MIN_DISTANCE = 1.5
+"""Partitions whose groups are at least this far apart get the split bound (``_global_l2_split``). Measured at
+N = 6 (benchmarks/split_bound.py): partitions at distance 1-1.5 closed no box that a farther one did not, and cost
+30% of the split bounds' time."""
 
 
 @dataclass(frozen=True)
@@ -109,12 +111,13 @@ def split_bounds(lo: np.ndarray, hi: np.ndarray, par: Parametrisation, norm: str
 @dataclass(frozen=True)
 class BoxSetting:
     """What ``evaluate_boxes`` needs besides the boxes: the domain, the norm, the tail radius r, whether to use
-    the Taylor form, the certified constants c_p(s) for s < N, their maximum and the tail table."""
+    the Taylor form and the split bounds, the certified constants c_p(s) for s < N, their maximum and the tail table."""
 
     domain: Domain
     norm: str
     r: float
     second_order: bool
+    split: bool
     smaller: dict[int, float]
     best_smaller: float
     table: tuple[np.ndarray, np.ndarray]
@@ -160,7 +163,9 @@ def evaluate_boxes(lo: np.ndarray, hi: np.ndarray, parent_ub: np.ndarray, thresh
         return BoxEvaluation(empty, empty, np.zeros(0), np.zeros(0), empty, -np.inf, 0)
     # groups far apart in every configuration of the box: the split bound of each such partition (cheap, so it goes
     # first: boxes it closes skip the Taylor / mean-value forms), and the tail bound with r_box
-    split = split_bounds(lo, hi, par, norm, distances, labels, setting.smaller)
+    split = np.full(lo.shape[0], np.inf)
+    if setting.split:
+        split = split_bounds(lo, hi, par, norm, distances, labels, setting.smaller)
     split = np.minimum(split, iv.round_up(setting.best_smaller + tail_bound_lookup(setting.table, distances[:, 0])))
     split = np.minimum(split, parent_ub)
     evaluated = lo.shape[0]
@@ -188,14 +193,16 @@ def _pool(workers: int):
 
 def global_l2_constant(N: int, d: int, norm: str, *, r: float | None = None, tol: float = 0.005,
                        time_budget: float = 600.0, smaller: dict[int, float] | None = None, batch: int = 256,
-                       lower_restarts: int = 24, seed: int = 0, second_order: bool = True, workers: int = 1,
+                       lower_restarts: int = 24, seed: int = 0, second_order: bool = True, split: bool = True,
+                       workers: int = 1,
                        progress: Callable[[str], None] | None = None) -> GlobalL2Result:
     """Certified upper bound (and attained lower bound) on c_p(N, d) = sup_Y ||M(Y)||_p.
 
     ``smaller`` maps s -> a certified upper bound on c_p(s, d) for 2 <= s < N (c_p(1, d) = 1); missing entries
     are computed recursively with the same settings. ``time_budget`` is in seconds of wall time for this N.
     ``r`` is the cluster radius of the tail bound; None picks the smallest adequate one (``choose_r``).
-    ``second_order=False`` leaves out the Taylor bound (first-order forms only; for benchmarks).
+    ``second_order=False`` leaves out the Taylor bound (first-order forms only), ``split=False`` the split bounds
+    (both for benchmarks).
     ``workers`` > 1 evaluates each batch (``batch * workers`` boxes) in that many forked processes; the boxes, their
     bounds and the certified value do not depend on it, only the wall time (and, through the larger batches, the
     order in which boxes are refined).
@@ -216,7 +223,7 @@ def global_l2_constant(N: int, d: int, norm: str, *, r: float | None = None, tol
         if s not in smaller:
             smaller[s] = global_l2_constant(s, d, norm, r=r, tol=tol, time_budget=time_budget, smaller=smaller,
                                             batch=batch, seed=seed, second_order=second_order,
-                                            workers=workers).upper
+                                            split=split, workers=workers).upper
     best_smaller = max(smaller[s] for s in range(1, N))
     lower, witness = search_lower(N, d, norm, restarts=lower_restarts, seed=seed)
     if r is None:
@@ -226,7 +233,7 @@ def global_l2_constant(N: int, d: int, norm: str, *, r: float | None = None, tol
     dom = domain(N, d, norm, r)
     par = dom.par
     table = tail_bound_table(N, d, norm, r)
-    setting = BoxSetting(dom, norm, float(r), second_order, dict(smaller), best_smaller, table)
+    setting = BoxSetting(dom, norm, float(r), second_order, split, dict(smaller), best_smaller, table)
     # open boxes, processed best first (largest bound first), so that the certified value falls steadily
     open_lo, open_hi, open_ub = dom.lo[None].copy(), dom.hi[None].copy(), np.array([np.inf])
     closed_max = -np.inf
