@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -144,6 +145,13 @@ def test_split_bounds_take_the_smallest_partition_bound() -> None:
     far = np.array([[0.1, 3.0, 0.1, 3.0, 0.1]])
     distances, labels = cluster_partitions(par, far, far + 0.2)
     assert split_bounds(far, far + 0.2, par, norm, distances, labels, constants)[0] < 1.7
+
+
+def test_split_bound_rejects_group_numbers_it_cannot_count() -> None:
+    par = domain(3, 1, "2", 3.5).par
+    lo, hi = np.array([[2.0, 0.0]]), np.array([[2.1, 0.1]])
+    with pytest.raises(ValueError, match="group numbers"):
+        split_bound(lo, hi, par, "2", np.array([[7, 7, 1]]), {1: 1.0, 2: 1.61})
 
 
 def test_block_bounds_10_percent_too_small_are_caught() -> None:

@@ -309,6 +309,8 @@ def global_l2_constant(N: int, d: int, norm: str, *, r: float | None = None, tol
         lower, witness = polish(witness, norm)
     seconds = time.perf_counter() - start
     forms = "mean-value and second-order Taylor forms" if second_order else "mean-value form"
+    if split:
+        forms += f", split bounds for groups >= {SPLIT_MIN_DISTANCE} apart"
     method = (f"branch and bound, {forms} with vertex enumeration, outward-rounded intervals; "
               f"tail bound r = {r}; {dom.description}")
     return GlobalL2Result(N=N, d=d, norm=norm, upper=float(upper), lower=float(lower), witness=witness,

@@ -97,15 +97,17 @@ def block_bounds(lo: np.ndarray, hi: np.ndarray, par: Parametrisation, labels: n
 
 def split_bound(lo: np.ndarray, hi: np.ndarray, par: Parametrisation, norm: str, labels: np.ndarray,
                 smaller: dict[int, float]) -> np.ndarray:
-    """Certified max over box b of ||M(Y)||_p: the largest c_p(|group|) over the groups of labels[b] (B, N) plus
-    a bound on ||E||_p (module docstring), rounded up. ``smaller`` maps s -> a certified upper bound on c_p(s, d)
-    for 1 <= s < N (a group of N tokens gets inf)."""
+    """Certified max over box b of ||M(Y)||_p: the largest c_p(|group|) over the groups of labels[b] (B, N; group
+    numbers 0..N-1) plus a bound on ||E||_p (module docstring), rounded up. ``smaller`` maps s -> a certified upper
+    bound on c_p(s, d) for 1 <= s < N (a group of N tokens gets inf)."""
+    N = par.N
+    if labels.shape != (lo.shape[0], N) or labels.min(initial=0) < 0 or labels.max(initial=0) >= N:
+        raise ValueError(f"labels must have shape ({lo.shape[0]}, {N}) with group numbers in 0..{N - 1}")
     e = block_bounds(lo, hi, par, labels)
     if norm == "inf":
         eps = iv.round_up(np.sqrt(par.d) * nonneg_norm_upper(e, "inf") * (1.0 + 4 * 2.0**-53))
     else:
         eps = nonneg_norm_upper(e, "2")
-    N = par.N
     sizes = (labels[:, :, None] == np.arange(N)[None, None, :]).sum(axis=1)  # (B, N): size of group g
     constants = np.array([0.0] + [smaller.get(s, np.inf) for s in range(1, N + 1)])
     blocks = constants[sizes].max(axis=1)
