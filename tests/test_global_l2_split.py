@@ -122,8 +122,8 @@ def test_cluster_partitions_separate_groups() -> None:
             for k in range(N - 1):
                 across = labels[b, k][:, None] != labels[b, k][None, :]
                 assert (dist[across] >= a[b, k] - 1e-12).all()
-                if k == 0 or a[b, k] < a[b, k - 1]:
-                    assert len(np.unique(labels[b, k])) >= k + 2 or a[b, k] == 0.0
+                assert len(np.unique(labels[b, k])) >= k + 2
+                assert set(labels[b, k]) <= set(range(N))
 
 
 def test_split_bounds_take_the_smallest_partition_bound() -> None:

@@ -13,12 +13,13 @@ The first term is bounded by branch and bound over a domain of r-connected confi
 configurations (``cluster_partitions``): max_g c_p(|G_g|) + a box enclosure of the remainder, cheap and independent
 of the groups' internal widths; and the tail bound max_s c_p(s) + eps_p(r_box) when r_box >= 1. Boxes those do not
 close get the mean-value / vertex bound and, on small boxes, the second-order Taylor bound of ``_global_l2_mvf``
-(outward rounded). Boxes with r_box >= r are covered by the second term. r is the smallest radius on a grid whose tail term stays below the closing threshold
-(``choose_r``): the smaller r, the smaller the domain. A box whose bound is at most (1 + tol) times the best lower
-bound is closed, the others are bisected along the coordinate that contributes most to their bound's error
-(h_l ||dM/dtheta_l|| for the mean-value form, h_l sum_m h_m |d^2M/dtheta_l dtheta_m| for the Taylor form). The
-certified value is the maximum over closed boxes, open boxes (their parent's bound, when the time budget ends first
-or on Ctrl-C) and the tail term. The lower bound is ||M(Y)||_p at a stored witness Y, recomputed in float64.
+(outward rounded). Boxes with r_box >= r are covered by the second term. r is the smallest radius on a grid whose
+tail term stays below the closing threshold (``choose_r``): the smaller r, the smaller the domain. A box whose
+bound is at most (1 + tol) times the best lower bound is closed, the others are bisected along the coordinate that
+contributes most to their bound's error (h_l ||dM/dtheta_l|| for the mean-value form, h_l sum_m h_m
+|d^2M/dtheta_l dtheta_m| for the Taylor form). The certified value is the maximum over closed boxes, open boxes
+(their parent's bound, when the time budget ends first or on Ctrl-C) and the tail term. The lower bound is
+||M(Y)||_p at a stored witness Y, recomputed in float64.
 """
 
 from __future__ import annotations
@@ -242,7 +243,7 @@ def global_l2_constant(N: int, d: int, norm: str, *, r: float | None = None, tol
     timed_out = interrupted = False
     in_flight = -np.inf  # the largest parent bound of the batch being processed (not in open_ub meanwhile)
     pool = _pool(workers)
-    batch = batch * max(1, workers)
+    batch = batch * workers
     try:
         while open_lo.shape[0]:
             if time.perf_counter() - start > time_budget:

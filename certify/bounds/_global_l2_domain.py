@@ -76,12 +76,13 @@ def pair_sq_distances(par: Parametrisation, lo: np.ndarray, hi: np.ndarray) -> I
 def cluster_partitions(par: Parametrisation, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Partitions of the tokens into groups that are far apart in every configuration of each box (B, L).
 
-    Let a_1 >= ... >= a_{N-1} be the edges of a minimum spanning tree of the lower bounds of the pairwise
-    distances (Prim). Returns (a, labels): a (B, N - 1) and labels (B, N - 1, N), where labels[b, k] numbers the
-    connected components of the graph of pairs whose distance lower bound is < a[b, k]. Two tokens in different
-    components are at distance >= a[b, k] in every configuration of the box. The graph has at least k + 2
-    components when a_k > a_{k+1} (the spanning tree has k + 1 edges >= a_k, and a tree edge of a component would be
-    < a_k), so a[:, 0] is the bottleneck distance: every configuration splits into two groups at least that far apart.
+    Let a[0] >= ... >= a[N-2] be the edges of a minimum spanning tree of the lower bounds of the pairwise distances
+    (Prim). Returns (a, labels): a (B, N - 1) and labels (B, N - 1, N), where labels[b, k] numbers (0..N-1, each
+    component by its smallest token) the connected components of the graph of pairs whose distance lower bound is
+    < a[b, k]. Two tokens in different components are at distance >= a[b, k] in every configuration of the box. The
+    graph has at least k + 2 components: removing the k + 1 tree edges >= a[k] leaves k + 2 trees, and no pair
+    below a[k] joins two of them (it would close a cycle with a tree edge >= a[k], so the tree would not be minimal).
+    So a[:, 0] is the bottleneck distance: every configuration splits into two groups at least that far apart.
     """
     d2 = pair_sq_distances(par, lo, hi).lo
     dist = np.maximum(iv.round_down(np.sqrt(np.maximum(d2, 0.0))), 0.0)  # (B, N, N)
