@@ -39,7 +39,7 @@ import numpy as np
 
 from .. import interval as iv
 from ..interval import Interval
-from ._global_l2_enclosure import Parametrisation, probability
+from ._global_l2_enclosure import Parametrisation, _linear, probability
 from ._global_l2_mvf import nonneg_norm_upper
 
 
@@ -63,8 +63,8 @@ def block_bounds(lo: np.ndarray, hi: np.ndarray, par: Parametrisation, labels: n
     theta = Interval(lo, hi)
     cD = A[:, None] - A[None, :]  # D[j, k] = y_j - y_k, (N, N, d, L)
     cS = A[None, :, None] + A[None, None, :] - 2.0 * A[:, None, None]  # S[i, j, k] = y_j + y_k - 2 y_i
-    D = iv.isum(theta.reshape(B, 1, 1, 1, -1) * cD[None], axis=-1)  # (B, N, N, d)
-    S = iv.isum(theta.reshape(B, 1, 1, 1, 1, -1) * cS[None], axis=-1)  # (B, N, N, N, d)
+    D = _linear(theta, cD, with_grad=False).v  # (B, N, N, d)
+    S = _linear(theta, cS, with_grad=False).v  # (B, N, N, N, d)
     X = iv.isum(D.reshape(B, 1, N, N, d) * S, axis=-1)  # [i, j, k] = ||y_i - y_j||^2 - ||y_i - y_k||^2
     ex = iv.exp(X)
     P = probability(iv.isum(ex, axis=-1))  # (B, N, N)
