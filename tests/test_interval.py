@@ -156,3 +156,68 @@ def test_nan_becomes_whole_line() -> None:
     b = iv.Interval(np.array([-np.inf]), np.array([np.inf]))
     prod = a * b
     assert prod.lo[0] == -np.inf and prod.hi[0] == np.inf
+
+
+any_float = st.floats(allow_nan=False, allow_infinity=False, allow_subnormal=True)
+
+
+@settings(max_examples=500, deadline=None)
+@given(x=any_float)
+def test_rounding_moves_at_least_one_ulp_and_at_most_three(x: float) -> None:
+    up, down = float(iv.round_up(np.array(x))), float(iv.round_down(np.array(x)))
+    with np.errstate(over="ignore"):
+        assert np.nextafter(x, np.inf) <= up <= np.nextafter(np.nextafter(np.nextafter(x, np.inf), np.inf), np.inf)
+        assert (np.nextafter(np.nextafter(np.nextafter(x, -np.inf), -np.inf), -np.inf) <= down
+                <= np.nextafter(x, -np.inf))
+
+
+def test_rounding_at_the_edges_of_the_float_range() -> None:
+    tiny, biggest = 5e-324, np.finfo(np.float64).max
+    x = np.array([0.0, -0.0, tiny, -tiny, 2.0**-1022, -(2.0**-1022), 1.0, -1.0, biggest, -biggest])
+    assert np.all(iv.round_up(x) > x) and np.all(iv.round_down(x) < x)
+    assert iv.round_up(np.array(biggest)) == np.inf and iv.round_down(np.array(-biggest)) == -np.inf
+    assert iv.round_up(np.array(np.inf)) == np.inf and iv.round_down(np.array(-np.inf)) == -np.inf
+
+
+@pytest.mark.parametrize("scale", [1e-3, 1.0, 1e3])
+@pytest.mark.parametrize("nonnegative_first", [False, True])
+def test_product_with_a_nonnegative_operand_contains_samples(scale: float, nonnegative_first: bool) -> None:
+    """The two-product rule for a >= 0 (including a.lo = 0 and point operands) against exact products."""
+    rng = np.random.default_rng(int(scale * 1000) + nonnegative_first)
+    x, xs = _box(rng, 8, scale)
+    a, a_samples = _box(rng, 8, scale, positive=True)
+    lo = a.lo.copy()
+    lo[:3] = 0.0  # touching zero
+    a = iv.Interval(lo, a.hi)
+    a_samples = a.lo + rng.uniform(size=a_samples.shape) * (a.hi - a.lo)
+    a_samples[0] = a.lo
+    out = a * x if nonnegative_first else x * a
+    assert np.all(out.lo <= out.hi)
+    for s in range(xs.shape[0]):
+        exact = [mpmath.mpf(float(u)) * mpmath.mpf(float(v)) for u, v in zip(xs[s], a_samples[s])]
+        assert _contains_exact(out, exact), s
+    point = x * iv.Interval.point(np.abs(xs[0]))  # nonnegative point operand
+    for s in range(xs.shape[0]):
+        exact = [mpmath.mpf(float(u)) * mpmath.mpf(float(v)) for u, v in zip(xs[s], np.abs(xs[0]))]
+        assert _contains_exact(point, exact), s
+
+
+@pytest.mark.parametrize("scale", [1e-300, 1e-3, 1.0, 1e3])
+def test_linear_combination_contains_exact_sums(scale: float) -> None:
+    rng = np.random.default_rng(5)
+    B, L = 4, 7
+    c = rng.normal(size=(B, L)) * scale * 10.0 ** rng.integers(-6, 6, size=(B, L))
+    x = iv.Interval.centred(c, np.abs(c) * 1e-3)
+    coef = rng.integers(-3, 4, size=(3, 5, L)).astype(float)
+    out = iv.linear_combination(x, coef)
+    assert out.shape == (B, 3, 5)
+    for _ in range(16):
+        theta = x.lo + rng.uniform(size=(B, L)) * (x.hi - x.lo)
+        for b in range(B):
+            exact = [mpmath.fsum(mpmath.mpf(float(k)) * mpmath.mpf(float(t)) for k, t in zip(row, theta[b]))
+                     for row in coef.reshape(-1, L)]
+            assert _contains_exact(out[b].reshape(-1), exact)
+    # no looser than the elementwise products and sums it replaces (up to the margins)
+    reference = iv.isum(x.reshape(B, 1, 1, L) * coef[None], axis=-1)
+    width, reference_width = out.hi - out.lo, reference.hi - reference.lo
+    assert np.all(width <= reference_width * (1 + 1e-9) + 1e-300)

@@ -218,14 +218,12 @@ def _linear(theta: Interval, coef: np.ndarray, with_grad: bool, centre: np.ndarr
             offset: Interval | None = None, with_hessian: bool = False) -> Dual:
     """sum_l coef[..., l] theta_l for theta (B, L) and integer coef (..., L): value, constant gradient and zero
     Hessian."""
-    B, L = theta.lo.shape
-    extra = coef.ndim - 1
-    shape = (B,) + (1,) * extra + (L,)
-    value = iv.isum(theta.reshape(*shape) * coef[None], axis=-1)
+    B = theta.lo.shape[0]
+    value = iv.linear_combination(theta, coef)
     grad = Interval.point(np.broadcast_to(coef[None], (B,) + coef.shape)) if with_grad else None
     c = None
     if centre is not None:
-        c = Dual(iv.isum(Interval.point(centre.reshape(shape)) * coef[None], axis=-1), grad if with_hessian else None)
+        c = Dual(iv.linear_combination(Interval.point(centre), coef), grad if with_hessian else None)
     return Dual(value, grad, c, offset, None, with_hessian)  # zero Hessian
 
 

@@ -10,6 +10,7 @@ from certify.interval._interval import hull as hull
 from certify.interval._interval import inf_norm_upper as inf_norm_upper
 from certify.interval._interval import intersect as intersect
 from certify.interval._interval import isum as isum
+from certify.interval._interval import linear_combination as linear_combination
 from certify.interval._interval import reciprocal as reciprocal
 from certify.interval._interval import round_down as round_down
 from certify.interval._interval import round_up as round_up
