@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import interval as iv
+from .._memory import retain_freed_memory
 from ._global_l2_domain import Domain, cluster_partitions, gap_domain, octant_plane_domain, plane_domain
 from ._global_l2_enclosure import Parametrisation
 from ._global_l2_lower import core_norm, polish, search_lower
@@ -217,6 +218,7 @@ def global_l2_constant(N: int, d: int, norm: str, *, r: float | None = None, tol
         raise ValueError(f"N must be an integer >= 2, got {N!r}")
     if not (isinstance(workers, int) and workers >= 1):
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+    retain_freed_memory()  # process-wide: freed temporaries stay in the heap (5-15x fewer page faults; _memory)
     start = time.perf_counter()
     smaller = dict(smaller or {})
     smaller[1] = 1.0
