@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from certify.bounds import _global_l2_mvf as mvf
 from certify.bounds._global_l2 import DEFAULT_R, R_GRID, choose_r, domain, global_l2_constant
 from certify.bounds._global_l2_domain import bottleneck_distance, pair_sq_distances
-from certify.bounds._global_l2_enclosure import Dual, core_jacobian_float, dual_exp, enclose_core_jacobian
+from certify import interval as iv
+from certify.bounds._global_l2_enclosure import Dual, core_jacobian_float, dual_exp, dual_square, enclose_core_jacobian
 from certify.bounds._global_l2_lower import search_lower
 from certify.bounds._global_l2_tail import tail_bound, tail_bound_lookup, tail_bound_table
 from certify.interval import Interval
@@ -201,6 +202,22 @@ def test_second_order_duals_do_not_mix_with_first_order_ones() -> None:
     assert (linear * linear).h is not None  # the product of linear forms has a (constant) Hessian
     with pytest.raises(ValueError, match="first order only"):
         dual_exp(linear)
+
+
+def test_second_order_square_of_a_linear_form_is_exact() -> None:
+    """(a . theta)^2 has the constant Hessian 2 a a^T; ``dual_square`` gets it without the dependency of x * x
+    (value >= 0 and a nonnegative diagonal), and x * x contains it."""
+    x = Interval(np.array([[-1.0, 0.5]]), np.array([[2.0, 1.5]]))
+    a = np.array([1.0, -3.0])
+    linear = Dual(iv.linear_combination(x, a[None]), Interval.point(np.broadcast_to(a, (1, 1, 2))), second=True)
+    square = dual_square(linear)
+    exact = 2.0 * np.outer(a, a)
+    assert np.all((square.h.lo <= exact) & (exact <= square.h.hi))
+    assert np.allclose(square.h.hi - square.h.lo, 0.0, atol=1e-12)
+    assert square.v.lo.min() >= 0.0
+    product = linear * linear
+    assert np.all((product.h.lo <= square.h.lo) & (square.h.hi <= product.h.hi))
+    assert product.v.lo.min() < 0.0  # the dependency dual_square avoids
 
 
 def test_narrow_hessian_enclosure_is_caught() -> None:

@@ -178,9 +178,15 @@ def dual_reciprocal_probability(z: Dual) -> Dual:
 
 
 def dual_square(x: Dual) -> Dual:
-    _first_order_only(x, "dual_square")
-    return x._with(iv.square(x.v), None if x.g is None else x.g * x.v.expand(-1) * 2.0,
-                   None if x.c is None else dual_square(x.c), None, False)
+    """x^2 without the dependency of x * x: the value by ``iv.square`` and, for a second-order Dual, the Hessian
+    2 (x x'' + x' x'^T) with the diagonal (x'_l)^2 of the outer product also by ``iv.square``."""
+    g = None if x.g is None else x.g * x.v.expand(-1) * 2.0
+    h = None
+    if x.second:
+        h = _outer_self(x.g) * 2.0
+        if x.h is not None:
+            h = h + _expand2(x.v) * x.h * 2.0
+    return x._with(iv.square(x.v), g, None if x.c is None else dual_square(x.c), h, x.second)
 
 
 @dataclass(frozen=True)
@@ -292,10 +298,16 @@ def enclose_core_jacobian(theta: Interval, par: Parametrisation, with_grad: bool
         U = Dual(U.v, U.g, U.c, U.t, -Interval(np.broadcast_to(w.h.lo[:, :, None], (B, N, N, d, L, L)),
                                                np.broadcast_to(w.h.hi[:, :, None], (B, N, N, d, L, L))),
                  True).tightened()
-        UU = U.reshape(B, N, N, d, 1) * U.reshape(B, N, N, 1, d)
-        cov2_u = (P.reshape(B, N, N, 1, 1) * UU).sum(2)  # (B, N, d, d), halved below
-        cov2 = Dual(iv.intersect(cov2.v, cov2_u.v * 2.0), iv.intersect(cov2.g, cov2_u.g * 2.0), cov2.c, cov2.t,
-                    cov2_u.h * 2.0, True).tightened()
+        UU = dual_square(U) if d == 1 else U.reshape(B, N, N, d, 1) * U.reshape(B, N, N, 1, d)
+        cov2_u = (P.reshape(B, N, N, 1, 1) * UU.reshape(B, N, N, d, d)).sum(2)  # (B, N, d, d), halved below
+        # and the pairwise form 2 Cov_i = sum_{k,l} P_ik P_il D_kl D_kl^T to second order: neither form's interval
+        # Hessian contains the other (measured at N = 6, h = 0.1: the intersection is 25% narrower than the U form)
+        PP2 = P.reshape(B, N, N, 1) * P.reshape(B, N, 1, N)
+        Q2 = (dual_square(D) if d == 1 else D.reshape(B, N, N, d, 1) * D.reshape(B, N, N, 1, d))
+        cov2_pair = (PP2.reshape(B, N, N, N, 1, 1) * Q2.reshape(B, 1, N, N, d, d)).sum(2).sum(2)
+        cov2 = Dual(iv.intersect(iv.intersect(cov2.v, cov2_u.v * 2.0), cov2_pair.v),
+                    iv.intersect(iv.intersect(cov2.g, cov2_u.g * 2.0), cov2_pair.g), cov2.c, cov2.t,
+                    iv.intersect(cov2_u.h * 2.0, cov2_pair.h), True).tightened()
     # 2 P_ij U_ij[c] (y_i - y_j)[c'],  (y_i - y_j) = D[i, j]
     R = (P.reshape(B, N, N, 1) * U).reshape(B, N, N, d, 1) * D.reshape(B, N, N, 1, d)  # (B, i, j, c, c')
     eye = np.eye(d)

@@ -63,14 +63,19 @@ def norm_upper_point(V: np.ndarray, norm: str) -> np.ndarray:
 
 
 def nonneg_norm_upper(E: np.ndarray, norm: str) -> np.ndarray:
-    """Rounded-up bound on ||X||_p for every X with |X| <= E entrywise (E >= 0, shape (..., n, n))."""
+    """Rounded-up bound on ||X||_p for every X with |X| <= E entrywise (E >= 0, shape (..., n, n)).
+
+    inf-norm: the row sums of E. 2-norm: ||X||_2 <= || |X| ||_2 <= ||E||_2 (for nonnegative matrices the spectral
+    norm is monotone entrywise: ||A||_2 = max u^T A v over nonnegative unit u, v), bounded by the largest singular
+    value of E with the margin of ``norm_upper_point``, and also by sqrt(||E||_1 ||E||_inf) and ||E||_F (the
+    smallest of the three)."""
     rows = _row_sum_upper(E)
     if norm == "inf":
         return rows
     cols = _row_sum_upper(np.swapaxes(E, -1, -2))
     geo = iv.round_up(np.sqrt(iv.round_up(rows * cols)))
     frob = iv.sqrt(iv.isum(iv.square(Interval.point(E)), axis=(-2, -1))).hi
-    return np.minimum(geo, frob)
+    return np.minimum(np.minimum(geo, frob), norm_upper_point(E, "2"))
 
 
 def interval_norm_upper(m: Interval, norm: str) -> np.ndarray:

@@ -1,0 +1,139 @@
+"""Speed of the interval arithmetic under the global L2 branch and bound, against the plain forms it replaced.
+
+Table 1, kernels (median milliseconds over --repeat, same arrays for both columns):
+
+- outward rounding of one end: ``np.nextafter`` (baseline) vs ``certify.interval.round_up``;
+- product of an interval array with a nonnegative one, shaped as in the enclosure (B, N, N, N, L) x (B, N, N, N, 1):
+  the four-corner rule (baseline) vs ``Interval.__mul__`` (two products when a factor is >= 0);
+- the linear forms S_ijk = y_j + y_k - 2 y_i of the gaps: elementwise products and ``isum`` (baseline) vs
+  ``linear_combination`` (matrix products).
+
+Table 2, whole box evaluation (``box_bounds`` on random N = 6 cubes of half-width 0.1 with gaps in [0.1, 1.7], the
+region the N = 6 branch and bound spends its time in), each in a fresh process: glibc's default allocator settings
+(baseline) vs ``certify._memory.retain_freed_memory``; boxes per second and the ratio.
+
+    python benchmarks/interval_arithmetic.py [--repeat 7] [--json FILE]
+
+Single-threaded (OMP_NUM_THREADS=1); the machine is shared, so ratios are the figures to read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+
+from certify import interval as iv  # noqa: E402
+from certify.interval import Interval  # noqa: E402
+
+B, N, L = 256, 6, 5
+
+
+def _median_ms(function, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        function()
+        times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)
+
+
+def _four_corners(a: Interval, b: Interval) -> Interval:
+    """The general product rule, as ``Interval.__mul__`` computed it for every pair before."""
+    p1, p2, p3, p4 = a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi
+    lo = np.minimum(np.minimum(p1, p2), np.minimum(p3, p4))
+    hi = np.maximum(np.maximum(p1, p2), np.maximum(p3, p4))
+    return Interval(np.nextafter(lo, -np.inf), np.nextafter(hi, np.inf))
+
+
+def kernels(repeat: int) -> list[dict]:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=1_000_000)
+    centre = rng.normal(size=(B, N, N, N, L))
+    a = Interval.centred(centre, 0.1 * np.abs(centre))
+    p = np.abs(rng.normal(size=(B, N, N, N, 1)))
+    nonnegative = Interval(p, 1.1 * p)
+    theta = Interval.centred(np.abs(rng.normal(size=(B, L))), 0.1)
+    A = np.zeros((N, 1, L))
+    for k in range(N):
+        A[k, 0, :k] = 1.0
+    coef = A[None, :, None] + A[None, None, :] - 2.0 * A[:, None, None]  # (N, N, N, 1, L)
+    cases = [
+        ("outward rounding, 1e6 floats", lambda: np.nextafter(x, np.inf), lambda: iv.round_up(x)),
+        ("product with a factor >= 0", lambda: _four_corners(a, nonnegative), lambda: a * nonnegative),
+        ("linear forms S_ijk (B = 256)",
+         lambda: iv.isum(theta.reshape(B, 1, 1, 1, 1, L) * coef[None], axis=-1),
+         lambda: iv.linear_combination(theta, coef)),
+    ]
+    rows = []
+    for name, baseline, ours in cases:
+        base_ms, ours_ms = _median_ms(baseline, repeat), _median_ms(ours, repeat)
+        rows.append({"kernel": name, "baseline_ms": base_ms, "ours_ms": ours_ms, "speedup": base_ms / ours_ms})
+    return rows
+
+
+def _boxes_per_second(retain: bool, repeat: int) -> float:
+    """Run in a child process: box_bounds on 512 random compact N = 6 cubes (2-norm), median boxes per second."""
+    if retain:
+        from certify._memory import retain_freed_memory
+
+        retain_freed_memory()
+    from certify.bounds._global_l2_enclosure import gap_parametrisation
+    from certify.bounds._global_l2_mvf import box_bounds
+
+    rng = np.random.default_rng(1)
+    centre = rng.uniform(0.1, 1.7, size=(512, L))
+    lo, hi = centre - 0.1, centre + 0.1
+    par = gap_parametrisation(N)
+    seconds = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for k in range(0, 512, B):
+            box_bounds(lo[k:k + B], hi[k:k + B], par, "2")
+        seconds.append(time.perf_counter() - start)
+    return 512 / statistics.median(seconds)
+
+
+def allocator(repeat: int) -> dict:
+    rates = {}
+    for retain in (False, True):
+        out = subprocess.run([sys.executable, __file__, "--child", str(int(retain)), "--repeat", str(repeat)],
+                             check=True, capture_output=True, text=True)
+        rates[retain] = float(out.stdout.strip().splitlines()[-1])
+    return {"default_boxes_per_s": rates[False], "retained_boxes_per_s": rates[True],
+            "speedup": rates[True] / rates[False]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--child", type=int, choices=(0, 1), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child is not None:
+        print(_boxes_per_second(bool(args.child), max(1, args.repeat // 3)))
+        return 0
+    rows = kernels(args.repeat)
+    print(f"{'kernel':32s} {'baseline ms':>12s} {'ours ms':>9s} {'speedup':>8s}")
+    for r in rows:
+        print(f"{r['kernel']:32s} {r['baseline_ms']:12.3f} {r['ours_ms']:9.3f} {r['speedup']:8.1f}")
+    alloc = allocator(args.repeat)
+    print(f"\nbox_bounds, N = 6, 2-norm, compact cubes h = 0.1: {alloc['default_boxes_per_s']:.0f} boxes/s with glibc "
+          f"defaults, {alloc['retained_boxes_per_s']:.0f} with retain_freed_memory ({alloc['speedup']:.2f}x)")
+    if args.json:
+        args.json.write_text(json.dumps({"kernels": rows, "allocator": alloc}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
