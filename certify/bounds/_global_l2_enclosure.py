@@ -301,7 +301,8 @@ def enclose_core_jacobian(theta: Interval, par: Parametrisation, with_grad: bool
         UU = dual_square(U) if d == 1 else U.reshape(B, N, N, d, 1) * U.reshape(B, N, N, 1, d)
         cov2_u = (P.reshape(B, N, N, 1, 1) * UU.reshape(B, N, N, d, d)).sum(2)  # (B, N, d, d), halved below
         # and the pairwise form 2 Cov_i = sum_{k,l} P_ik P_il D_kl D_kl^T to second order: neither form's interval
-        # Hessian contains the other (measured at N = 6, h = 0.1: the intersection is 25% narrower than the U form)
+        # Hessian contains the other (measured on N = 6 boxes of half-width 0.1: the intersection's magnitudes sum to
+        # 27% less than the U form's, and the Taylor remainder of M is 20% smaller)
         PP2 = P.reshape(B, N, N, 1) * P.reshape(B, N, 1, N)
         Q2 = (dual_square(D) if d == 1 else D.reshape(B, N, N, d, 1) * D.reshape(B, N, N, 1, d))
         cov2_pair = (PP2.reshape(B, N, N, N, 1, 1) * Q2.reshape(B, 1, N, N, d, d)).sum(2).sum(2)

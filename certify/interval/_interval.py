@@ -9,7 +9,8 @@ Floating-point margin (stated and tested in ``tests/test_interval.py``):
 - ``+``, ``-``, ``*``, ``/`` and ``sqrt`` are correctly rounded in IEEE 754 float64, so the exact result lies
   within one ulp of the computed one; each computed lower end is moved at least one ulp down and each upper end at
   least one ulp up (``round_down`` / ``round_up``: x -+ (|x| 2^-52 + 2^-1074), whose proof is in their docstring;
-  at most two ulps, and 15x cheaper than ``np.nextafter``; this also covers underflow).
+  one or two ulps, and 6-15x cheaper than ``np.nextafter``, ``benchmarks/interval_arithmetic.py``; this also covers
+  underflow).
 - ``exp`` is not guaranteed correctly rounded by numpy / libm; we widen by a relative margin of ``EXP_REL_MARGIN``
   (1e-14, about 45 ulp, far above the few-ulp error of glibc and numpy's SIMD exp), then one more ulp outward;
   results below 1e-300 (near subnormal, where relative accuracy is lost) are enclosed by [0, 1e-300].
