@@ -1,9 +1,10 @@
 """Global L2 branch and bound with second-order (Taylor) box bounds vs the first-order forms alone (MATH.md section 7).
 
-For each (N, d, norm) it certifies c_p(N, d) twice with the same tolerance, radius and time budget: once with
-``second_order=False`` (mean-value and interval forms: the baseline) and once with the default (plus the Taylor
-form with the interval Hessian). It prints the certified upper bound, upper / lower, boxes, seconds (median over
---repeat) and the ratios baseline / second order of boxes and seconds. A second table shows, on boxes of
+For each (N, d, norm) it certifies c_p(N, d) three times with the same tolerance, radius and time budget: with
+``second_order=False`` (mean-value and interval forms: the baseline), with the default (plus the second-order
+Taylor form with the interval Hessian), and with ``third_order=True`` (the third-order Taylor form instead). It
+prints the certified upper bound, upper / lower, boxes, seconds (median over --repeat), the ratios baseline / second
+order of boxes and seconds, and the ratios second / third order. A second table shows, on boxes of
 half-width h around the known maximiser, the excess (bound - lower) / lower of each form. A third shows, on compact
 N = 6 boxes, how much the interval Hessian inflates the Taylor remainder against sampled second differences.
 
@@ -36,15 +37,17 @@ def certify_both(N: int, d: int, norm: str, tol: float, budget: float, repeat: i
     table = certified_table()
     smaller = {s: table[(s, d, norm)]["upper"] for s in range(2, N) if (s, d, norm) in table}
     row = {"N": N, "d": d, "norm": norm, "tol": tol}
-    for label, second in (("first", False), ("second", True)):
+    for label, second, third in (("first", False, False), ("second", True, False), ("third", True, True)):
         runs = [global_l2_constant(N, d, norm, tol=tol, time_budget=budget, smaller=smaller, lower_restarts=8,
-                                   second_order=second) for _ in range(repeat)]
+                                   second_order=second, third_order=third) for _ in range(repeat)]
         best = min(runs, key=lambda r: r.upper)
         row[label] = {"upper": best.upper, "ratio": best.upper / best.lower, "boxes": best.boxes,
                       "seconds": statistics.median(r.seconds for r in runs), "complete": best.complete,
                       "r": best.r}
     row["boxes_ratio"] = row["first"]["boxes"] / row["second"]["boxes"]
     row["seconds_ratio"] = row["first"]["seconds"] / row["second"]["seconds"]
+    row["third_boxes_ratio"] = row["second"]["boxes"] / row["third"]["boxes"]
+    row["third_seconds_ratio"] = row["second"]["seconds"] / row["third"]["seconds"]
     return row
 
 
@@ -113,14 +116,17 @@ def main(argv: list[str] | None = None) -> int:
     norms = ("2", "inf") if args.norm == "both" else (args.norm,)
     rows = []
     print(f"{'N':>2} {'norm':>4} {'first: ratio':>13} {'boxes':>8} {'s':>7} {'second: ratio':>14} {'boxes':>8} "
-          f"{'s':>7} {'boxes x':>8} {'time x':>7}", flush=True)
+          f"{'s':>7} {'boxes x':>8} {'time x':>7} {'third: boxes':>13} {'s':>7} {'boxes x':>8} {'time x':>7}",
+          flush=True)
     for N in args.N:
         for norm in norms:
             row = certify_both(N, 1, norm, args.tol, args.budget, args.repeat)
             rows.append(row)
-            f, s = row["first"], row["second"]
+            f, s, t = row["first"], row["second"], row["third"]
             print(f"{N:>2} {norm:>4} {f['ratio']:13.4f} {f['boxes']:8d} {f['seconds']:7.1f} {s['ratio']:14.4f} "
-                  f"{s['boxes']:8d} {s['seconds']:7.1f} {row['boxes_ratio']:8.1f} {row['seconds_ratio']:7.1f}"
+                  f"{s['boxes']:8d} {s['seconds']:7.1f} {row['boxes_ratio']:8.1f} {row['seconds_ratio']:7.1f} "
+                  f"{t['boxes']:13d} {t['seconds']:7.1f} {row['third_boxes_ratio']:8.2f} "
+                  f"{row['third_seconds_ratio']:7.2f}"
                   + ("" if f["complete"] else "   (first order ran out of time: its ratios are lower bounds)"),
                   flush=True)
     print(f"\n{'N':>2} {'norm':>4} {'h':>7} {'first-order excess':>19} {'Taylor excess':>14}")

@@ -250,6 +250,83 @@ def test_taylor_bounds_beat_the_mean_value_form_on_small_boxes() -> None:
         assert second[0] <= 1.01 * entry["lower"]
 
 
+def finite_difference_third(th: np.ndarray, par, step: float = 1e-3) -> np.ndarray:
+    """Central differences of the second differences: (B, n, n, L, L, L)."""
+    return np.stack([(finite_difference_hessian(th + step * np.eye(th.shape[1])[n], par)
+                      - finite_difference_hessian(th - step * np.eye(th.shape[1])[n], par)) / (2 * step)
+                     for n in range(th.shape[1])], axis=-1)
+
+
+def third_outside(k: Interval, th: np.ndarray, lo: np.ndarray, hi: np.ndarray, par) -> bool:
+    T = finite_difference_third(np.clip(th, lo + 2e-3, hi - 2e-3), par)
+    tol = 1e-4 * (1 + np.abs(T))
+    return bool(np.any((k.lo > T + tol) | (T > k.hi + tol)))
+
+
+@settings(max_examples=10, deadline=None)
+@given(N=st.integers(2, 4), d=st.integers(1, 2), width=st.sampled_from([0.01, 0.05, 0.1]), seed=st.integers(0, 99))
+def test_third_order_enclosure_contains_finite_differences(N: int, d: int, width: float, seed: int) -> None:
+    """The third derivatives (the softmax form of proofs/third_order.py and the product rule) contain third
+    differences sampled in the box; values, gradients and Hessians are unchanged by tracking them."""
+    if d == 2 and N > 3:
+        N = 3
+    rng = np.random.default_rng(seed)
+    par = domain(N, d, "2", 3.5).par
+    lo, hi = sample_boxes(rng, N, d, width, 4)
+    centre = 0.5 * (lo + hi)
+    enc = enclose_core_jacobian(Interval(lo, hi), par, with_grad=True, centre=centre, with_hessian=True,
+                                with_third=True)
+    assert enc.k is not None and enc.k.shape == enc.h.shape + (par.L,)
+    assert not any(third_outside(enc.k, lo + rng.uniform(size=lo.shape) * (hi - lo), lo, hi, par) for _ in range(6))
+    second = enclose_core_jacobian(Interval(lo, hi), par, with_grad=True, centre=centre, with_hessian=True)
+    assert np.array_equal(second.h.lo, enc.h.lo) and np.array_equal(second.v.hi, enc.v.hi)
+
+
+def test_narrow_third_derivative_enclosure_is_caught() -> None:
+    """An enclosure 10% narrower than the range of sampled third differences fails ``third_outside``."""
+    rng = np.random.default_rng(23)
+    par = domain(3, 1, "2", 3.5).par
+    lo, hi = sample_boxes(rng, 3, 1, 0.1, 3)
+    samples = np.stack([finite_difference_third(lo + rng.uniform(size=lo.shape) * (hi - lo), par)
+                        for _ in range(40)])
+    width = samples.max(0) - samples.min(0)
+    narrow = Interval(samples.min(0) + 0.05 * width, samples.max(0) - 0.05 * width)
+    assert any(third_outside(narrow, lo + rng.uniform(size=lo.shape) * (hi - lo), lo, hi, par) for _ in range(20))
+
+
+def test_third_order_duals_do_not_mix_with_second_order_ones() -> None:
+    x = Interval(np.zeros((1, 2)), np.ones((1, 2)))
+    g = Interval.point(np.ones((1, 2, 1)))
+    with pytest.raises(ValueError, match="third-order"):
+        Dual(x, g, second=True, third=True) * Dual(x, g, second=True)
+
+
+def test_third_order_bounds_beat_the_second_order_form_near_maximisers() -> None:
+    """On boxes of half-width 0.05 around the maximisers the third-order bound is below the second-order one, and
+    at half-width 0.02 within 1% of the table's lower bound."""
+    for N, norm in [(4, "2"), (5, "2"), (5, "inf")]:
+        entry = next(e for e in entries() if (e["N"], e["d"], e["norm"]) == (N, 1, norm))
+        gaps = np.diff(np.sort(np.asarray(entry["witness"]).ravel()))
+        par = domain(N, 1, norm, 3.5).par
+        for h in (0.05, 0.02):
+            lo = np.maximum(gaps - h, 0.0)[None]
+            hi = lo + 2 * h
+            second, _ = mvf.taylor_bounds(lo, hi, par, norm)
+            third, scores = mvf.third_order_bounds(lo, hi, par, norm)
+            assert third[0] < second[0], (N, norm, h)
+            assert scores.shape == lo.shape and np.all(scores >= 0)
+        assert third[0] <= 1.01 * entry["lower"], (N, norm)
+
+
+def test_narrow_third_order_bounds_are_caught() -> None:
+    rng = np.random.default_rng(15)
+    par = domain(3, 1, "2", 3.5).par
+    lo, hi = sample_boxes(rng, 3, 1, 0.01, 16)
+    upper, _ = mvf.third_order_bounds(lo, hi, par, "2")
+    assert box_bound_violations(upper, lo, hi, par, "2", rng, samples=10) == []
+    assert box_bound_violations(upper / 1.1, lo, hi, par, "2", rng, samples=10)
+
+
 def test_narrow_taylor_bounds_are_caught() -> None:
     rng = np.random.default_rng(14)
     par = domain(3, 1, "inf", 3.5).par
@@ -260,18 +337,20 @@ def test_narrow_taylor_bounds_are_caught() -> None:
 
 @settings(max_examples=24, deadline=None)
 @given(N=st.integers(2, 5), d=st.integers(1, 2), norm=st.sampled_from(["2", "inf"]),
-       width=st.sampled_from([0.005, 0.01, 0.05, 0.1, 0.2, 0.5]), form=st.sampled_from(["all", "gated", "taylor"]),
+       width=st.sampled_from([0.005, 0.01, 0.05, 0.1, 0.2, 0.5]),
+       form=st.sampled_from(["all", "gated", "taylor", "third"]),
        seed=st.integers(0, 99))
 def test_box_bounds_dominate_sampled_norms(N: int, d: int, norm: str, width: float, form: str, seed: int) -> None:
-    """box_bounds (all forms; or with a closing threshold, the second-order form only where the first-order bound
-    is just above it) and taylor_bounds (the second-order form alone) are above sampled norms."""
+    """box_bounds (all forms; or with a closing threshold, the third-order form only where the first-order bound
+    is just above it), taylor_bounds (the second-order form alone) and third_order_bounds are above sampled
+    norms."""
     if d == 2 and N > 4:
         N = 4
     rng = np.random.default_rng(seed)
     par = domain(N, d, norm, 3.5).par
     lo, hi = sample_boxes(rng, N, d, width, 16, norm)
-    if form == "taylor":
-        upper, scores = mvf.taylor_bounds(lo, hi, par, norm)
+    if form in ("taylor", "third"):
+        upper, scores = (mvf.taylor_bounds if form == "taylor" else mvf.third_order_bounds)(lo, hi, par, norm)
         assert scores.shape == lo.shape and np.all(scores >= 0)
     else:
         threshold = None
@@ -394,6 +473,22 @@ def test_branch_and_bound_n3_dominates_random_and_optimised(norm: str, seed: int
     best, _ = search_lower(3, 1, norm, restarts=4, seed=seed + 1)
     assert best <= res.upper
     assert res.upper <= res.lower * 1.0101
+
+
+@pytest.mark.parametrize("norm", ["2", "inf"])
+def test_third_order_branch_and_bound_certifies_n4(norm: str) -> None:
+    """third_order=True: the same guarantees (random and optimised configurations below the bound, the ratio
+    reached) with fewer boxes than the default second-order search."""
+    smaller = {2: 1.6077, 3: 1.9525 if norm == "2" else 2.3014}
+    default = global_l2_constant(4, 1, norm, tol=0.01, time_budget=120, lower_restarts=2, smaller=smaller)
+    third = global_l2_constant(4, 1, norm, tol=0.01, time_budget=120, lower_restarts=2, smaller=smaller,
+                               third_order=True)
+    assert third.complete and "third-order" in third.method
+    rng = np.random.default_rng(3)
+    assert np.all(reference_norm(random_configurations(rng, 4, 1, 100), norm) <= third.upper)
+    best, _ = search_lower(4, 1, norm, restarts=4, seed=1)
+    assert best <= third.upper <= third.lower * 1.0101
+    assert third.boxes < default.boxes
 
 
 def test_worker_processes_give_the_same_certificate() -> None:

@@ -66,7 +66,8 @@ def test_errata_are_reported_but_only_strict_runs_fail_on_them(tmp_path: Path) -
 
 @pytest.mark.parametrize("name, error", [("jacobian_dp", "jacobian"), ("jacobian_l2", "jacobian"),
                                          ("bound_2_chain", "bound"), ("bound_inf_chain", "bound"),
-                                         ("tail_bound", "bound"), ("split_bound", "bound")])
+                                         ("tail_bound", "bound"), ("split_bound", "bound"),
+                                         ("third_order", "identity"), ("third_order", "bound")])
 def test_injected_errors_fail(name: str, error: str) -> None:
     result = run_module(name, inject=error)
     assert result is not None and result.status is Status.FAILED

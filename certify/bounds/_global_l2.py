@@ -119,6 +119,7 @@ class BoxSetting:
     norm: str
     r: float
     second_order: bool
+    third_order: bool
     split: bool
     smaller: dict[int, float]
     best_smaller: float
@@ -177,7 +178,7 @@ def evaluate_boxes(lo: np.ndarray, hi: np.ndarray, parent_ub: np.ndarray, thresh
     if lo.shape[0] == 0:
         empty = np.zeros((0, L))
         return BoxEvaluation(empty, empty, np.zeros(0), np.zeros(0), empty, closed_max, evaluated)
-    ub, centre_norm, scores = box_bounds(lo, hi, par, norm, setting.second_order, threshold)
+    ub, centre_norm, scores = box_bounds(lo, hi, par, norm, setting.second_order, threshold, setting.third_order)
     ub = np.minimum(ub, split)
     return BoxEvaluation(lo, hi, ub, centre_norm, scores, closed_max, evaluated)
 
@@ -195,7 +196,8 @@ def _pool(workers: int):
 
 def global_l2_constant(N: int, d: int, norm: str, *, r: float | None = None, tol: float = 0.005,
                        time_budget: float = 600.0, smaller: dict[int, float] | None = None, batch: int = 256,
-                       lower_restarts: int = 24, seed: int = 0, second_order: bool = True, split: bool = True,
+                       lower_restarts: int = 24, seed: int = 0, second_order: bool = True,
+                       third_order: bool = False, split: bool = True,
                        workers: int = 1,
                        progress: Callable[[str], None] | None = None) -> GlobalL2Result:
     """Certified upper bound (and attained lower bound) on c_p(N, d) = sup_Y ||M(Y)||_p.
@@ -204,7 +206,8 @@ def global_l2_constant(N: int, d: int, norm: str, *, r: float | None = None, tol
     are computed recursively with the same settings. ``time_budget`` is in seconds of wall time for this N.
     ``r`` is the cluster radius of the tail bound; None picks the smallest adequate one (``choose_r``).
     ``second_order=False`` leaves out the Taylor bound (first-order forms only), ``split=False`` the split bounds
-    (both for benchmarks).
+    (both for benchmarks). ``third_order=True`` uses the third-order Taylor bound (``third_order_bounds``) instead
+    of the second-order one: fewer boxes, more time per box (benchmarks/box_bounds.py).
     ``workers`` > 1 evaluates each batch (``batch * workers`` boxes) in that many forked processes; the boxes, their
     bounds and the certified value do not depend on it, only the wall time (and, through the larger batches, the
     order in which boxes are refined).
@@ -226,6 +229,7 @@ def global_l2_constant(N: int, d: int, norm: str, *, r: float | None = None, tol
         if s not in smaller:
             smaller[s] = global_l2_constant(s, d, norm, r=r, tol=tol, time_budget=time_budget, smaller=smaller,
                                             batch=batch, seed=seed, second_order=second_order,
+                                            third_order=third_order,
                                             split=split, workers=workers).upper
     best_smaller = max(smaller[s] for s in range(1, N))
     lower, witness = search_lower(N, d, norm, restarts=lower_restarts, seed=seed)
@@ -236,7 +240,8 @@ def global_l2_constant(N: int, d: int, norm: str, *, r: float | None = None, tol
     dom = domain(N, d, norm, r)
     par = dom.par
     table = tail_bound_table(N, d, norm, r)
-    setting = BoxSetting(dom, norm, float(r), second_order, split, dict(smaller), best_smaller, table)
+    setting = BoxSetting(dom, norm, float(r), second_order, third_order and second_order, split, dict(smaller),
+                         best_smaller, table)
     # open boxes, processed best first (largest bound first), so that the certified value falls steadily
     open_lo, open_hi, open_ub = dom.lo[None].copy(), dom.hi[None].copy(), np.array([np.inf])
     closed_max = -np.inf
@@ -312,6 +317,8 @@ def global_l2_constant(N: int, d: int, norm: str, *, r: float | None = None, tol
         lower, witness = polish(witness, norm)
     seconds = time.perf_counter() - start
     forms = "mean-value and second-order Taylor forms" if second_order else "mean-value form"
+    if second_order and third_order:
+        forms = "mean-value and third-order Taylor forms"
     if split:
         forms += f", split bounds for groups >= {SPLIT_MIN_DISTANCE} apart"
     method = (f"branch and bound, {forms} with vertex enumeration, outward-rounded intervals; "

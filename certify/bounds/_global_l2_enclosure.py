@@ -49,6 +49,11 @@ class Dual:
     - the gradient, with a Hessian, with its mean-value form c.g + sum_m h_lm t_m.
 
     Each is valid by Taylor's theorem on the segment from theta_c to theta, which lies in the box.
+
+    Third derivatives. ``third`` (which needs ``second``) says whether they are tracked; ``k`` is their enclosure
+    (three trailing axes L, L, L), None where exactly zero. Products carry them by
+    (u w)^(3) = u^(3) w + u w^(3) + sym3(u'' w') + sym3(w'' u'), with
+    sym3(A b)_lmn = A_lm b_n + A_ln b_m + A_mn b_l for symmetric A. They are not tightened by centred forms.
     """
 
     v: Interval
@@ -57,10 +62,12 @@ class Dual:
     t: Interval | None = None
     h: Interval | None = None
     second: bool = False
+    k: Interval | None = None
+    third: bool = False
 
     def _with(self, v: Interval, g: Interval | None, c: "Dual | None", h: Interval | None,
-              second: bool) -> "Dual":
-        return Dual(v, g, c, self.t, h, second).tightened()
+              second: bool, k: Interval | None = None) -> "Dual":
+        return Dual(v, g, c, self.t, h, second, k, self.third and second).tightened()
 
     def tightened(self) -> "Dual":
         if self.c is None or self.g is None or self.t is None:
@@ -75,17 +82,20 @@ class Dual:
         if curved:
             quadratic = iv.isum(iv.isum(self.h * _outer_offsets(self.t, self.g.lo.ndim - 2), axis=-1), axis=-1)
             v = iv.intersect(v, self.c.v + iv.isum(self.c.g * t, axis=-1) + quadratic * 0.5)
-        return Dual(v, g, self.c, self.t, self.h, self.second)
+        return Dual(v, g, self.c, self.t, self.h, self.second, self.k, self.third)
 
     def _same_order(self, o: "Dual") -> None:
         # h = None means "exactly zero" only for a second-order Dual: mixing orders would drop an unknown Hessian
         if self.second != o.second:
             raise ValueError("cannot combine a second-order Dual with a first-order one")
+        if self.third != o.third:
+            raise ValueError("cannot combine a third-order Dual with a second-order one")
 
     def __add__(self, o: "Dual") -> "Dual":
         self._same_order(o)
         return Dual(self.v + o.v, None if self.g is None else self.g + o.g,
-                    None if self.c is None else self.c + o.c, self.t, _add(self.h, o.h), self.second)
+                    None if self.c is None else self.c + o.c, self.t, _add(self.h, o.h), self.second,
+                    _add(self.k, o.k), self.third)
 
     def __mul__(self, o: "Dual") -> "Dual":
         self._same_order(o)
@@ -95,21 +105,28 @@ class Dual:
             cross = _outer(self.g, o.g)
             h = _add(_add(None if self.h is None else self.h * _expand2(o.v),
                           None if o.h is None else _expand2(self.v) * o.h), cross + cross.swapaxes(-1, -2))
-        return self._with(self.v * o.v, g, None if self.c is None else self.c * o.c, h, self.second)
+        k = None
+        if self.third:
+            k = _add(_add(None if self.k is None else self.k * _expand3(o.v),
+                          None if o.k is None else _expand3(self.v) * o.k),
+                     _add(_sym3(self.h, o.g), _sym3(o.h, self.g)))
+        return self._with(self.v * o.v, g, None if self.c is None else self.c * o.c, h, self.second, k)
 
     def sum(self, axis: int) -> "Dual":
         """Sum over a value axis (negative axes count from the end of the value shape)."""
         ax = axis if axis >= 0 else self.v.lo.ndim + axis
         return Dual(iv.isum(self.v, axis=ax), None if self.g is None else iv.isum(self.g, axis=ax),
                     None if self.c is None else self.c.sum(ax), self.t,
-                    None if self.h is None else iv.isum(self.h, axis=ax), self.second)
+                    None if self.h is None else iv.isum(self.h, axis=ax), self.second,
+                    None if self.k is None else iv.isum(self.k, axis=ax), self.third)
 
     def reshape(self, *shape: int) -> "Dual":
         """Reshape the value; the gradient keeps its trailing L axis and the Hessian its trailing L, L axes."""
         L = None if self.g is None else self.g.lo.shape[-1]
         return Dual(self.v.reshape(*shape), None if self.g is None else self.g.reshape(*shape, L),
                     None if self.c is None else self.c.reshape(*shape), self.t,
-                    None if self.h is None else self.h.reshape(*shape, L, L), self.second)
+                    None if self.h is None else self.h.reshape(*shape, L, L), self.second,
+                    None if self.k is None else self.k.reshape(*shape, L, L, L), self.third)
 
     def first_order(self) -> "Dual":
         """The same quantity with second derivatives no longer tracked."""
@@ -125,6 +142,28 @@ def _add(a: Interval | None, b: Interval | None) -> Interval | None:
 
 def _expand2(x: Interval) -> Interval:
     return x.expand(-1).expand(-1)
+
+
+def _expand3(x: Interval) -> Interval:
+    return x.expand(-1).expand(-1).expand(-1)
+
+
+def _moveaxis(x: Interval, source: int, destination: int) -> Interval:
+    return Interval(np.moveaxis(x.lo, source, destination), np.moveaxis(x.hi, source, destination))
+
+
+def _sym3(A: Interval | None, b: Interval | None) -> Interval | None:
+    """A_lm b_n + A_ln b_m + A_mn b_l for symmetric A (..., L, L) and b (..., L): (..., L, L, L); None (zero)
+    if either is None."""
+    if A is None or b is None:
+        return None
+    X = A.expand(-1) * b.expand(-2).expand(-2)  # X_lmn = A_lm b_n
+    return X + X.swapaxes(-1, -2) + _moveaxis(X, -1, -3)  # + A_ln b_m + A_mn b_l
+
+
+def _outer3(x: Interval) -> Interval:
+    """x_l x_m x_n over the trailing axis: (..., L) -> (..., L, L, L)."""
+    return _outer(x, x).expand(-1) * x.expand(-2).expand(-2)
 
 
 def _outer(a: Interval, b: Interval) -> Interval:
@@ -181,12 +220,15 @@ def dual_square(x: Dual) -> Dual:
     """x^2 without the dependency of x * x: the value by ``iv.square`` and, for a second-order Dual, the Hessian
     2 (x x'' + x' x'^T) with the diagonal (x'_l)^2 of the outer product also by ``iv.square``."""
     g = None if x.g is None else x.g * x.v.expand(-1) * 2.0
-    h = None
+    h = k = None
     if x.second:
         h = _outer_self(x.g) * 2.0
         if x.h is not None:
             h = h + _expand2(x.v) * x.h * 2.0
-    return x._with(iv.square(x.v), g, None if x.c is None else dual_square(x.c), h, x.second)
+    if x.third:  # (x^2)^(3) = 2 (x x^(3) + sym3(x'' x'))
+        k = _add(None if x.k is None else _expand3(x.v) * x.k, _sym3(x.h, x.g))
+        k = None if k is None else k * 2.0
+    return x._with(iv.square(x.v), g, None if x.c is None else dual_square(x.c), h, x.second, k)
 
 
 @dataclass(frozen=True)
@@ -221,7 +263,7 @@ def gap_parametrisation(N: int) -> Parametrisation:
 
 
 def _linear(theta: Interval, coef: np.ndarray, with_grad: bool, centre: np.ndarray | None = None,
-            offset: Interval | None = None, with_hessian: bool = False) -> Dual:
+            offset: Interval | None = None, with_hessian: bool = False, with_third: bool = False) -> Dual:
     """sum_l coef[..., l] theta_l for theta (B, L) and integer coef (..., L): value, constant gradient and zero
     Hessian."""
     B = theta.lo.shape[0]
@@ -230,13 +272,15 @@ def _linear(theta: Interval, coef: np.ndarray, with_grad: bool, centre: np.ndarr
     c = None
     if centre is not None:
         c = Dual(iv.linear_combination(Interval.point(centre), coef), grad if with_hessian else None)
-    return Dual(value, grad, c, offset, None, with_hessian)  # zero Hessian
+    return Dual(value, grad, c, offset, None, with_hessian, None, with_third)  # zero Hessian and third derivatives
 
 
 def enclose_core_jacobian(theta: Interval, par: Parametrisation, with_grad: bool = True,
-                          centre: np.ndarray | None = None, with_hessian: bool = False) -> Dual:
+                          centre: np.ndarray | None = None, with_hessian: bool = False,
+                          with_third: bool = False) -> Dual:
     """Enclosure of M and dM/dtheta over the box theta (B, L): value (B, n, n), gradient (B, n, n, L), n = N d;
-    with ``with_hessian`` also of the second derivatives d^2 M / dtheta_l dtheta_m (B, n, n, L, L).
+    with ``with_hessian`` also of the second derivatives d^2 M / dtheta_l dtheta_m (B, n, n, L, L), and with
+    ``with_third`` (which needs ``with_hessian``) of the third derivatives (``k``, (B, n, n, L, L, L)).
 
     The row/column order is token by token (row i*d + c), as in ``certify.jacobian.l2_core_jacobian`` flattened.
     With ``with_grad=False`` only the value is enclosed (the gradient is None). With ``centre`` (B, L), a point
@@ -255,8 +299,9 @@ def enclose_core_jacobian(theta: Interval, par: Parametrisation, with_grad: bool
     else:
         centre = None
     with_hessian = with_hessian and with_grad
-    D = _linear(theta, cD, with_grad, centre, offset, with_hessian)  # (B, N, N, d)
-    S = _linear(theta, cS, with_grad, centre, offset, with_hessian)  # (B, N, N, N, d)
+    with_third = with_third and with_hessian
+    D = _linear(theta, cD, with_grad, centre, offset, with_hessian, with_third)  # (B, N, N, d)
+    S = _linear(theta, cS, with_grad, centre, offset, with_hessian, with_third)  # (B, N, N, N, d)
     # E[i, j, k] = D_jk . S_ijk = ||y_i - y_j||^2 - ||y_i - y_k||^2
     # P by the chain rule, first order only: its second derivatives come from the softmax form below
     E = (D.first_order().reshape(B, 1, N, N, d) * S.first_order()).sum(-1)  # (B, N, N, N)
@@ -268,7 +313,7 @@ def enclose_core_jacobian(theta: Interval, par: Parametrisation, with_grad: bool
         A_diff = _linear(theta, Qc[:, :, None] - Qc[:, None, :], False).v  # (B, N, N, N, L) [i, j, k, l]
         PP_ijk = P.v.reshape(B, N, N, 1) * P.v.reshape(B, N, 1, N)
         g2 = iv.isum(PP_ijk.expand(-1) * A_diff, axis=3)
-        hessian = None
+        hessian = third = None
         if with_hessian:
             # softmax form of the second derivatives, without the cancellations of the chain rule above:
             # d^2 P_ij = P_ij [ m_ij m_ij^T - Cov_i(a) + sum_k P_ik (Qc_ij - Qc_ik) ],  m_ij = sum_k P_ik (a_ij - a_ik),
@@ -279,7 +324,15 @@ def enclose_core_jacobian(theta: Interval, par: Parametrisation, with_grad: bool
                             axis=3)  # (B, i, j, L, L)
             inner = _outer_self(m) - cov_a.reshape(B, N, 1, L, L) + const
             hessian = _expand2(P.v) * inner
-        P = Dual(P.v, iv.intersect(P.g, g2), P.c, P.t, hessian, with_hessian).tightened()
+            if with_third:
+                # d^3 P_ij = P_ij [ m_ij m_ij m_ij + sym3(m'_ij m_ij) + m''_i ], differentiating the form above with
+                # m'_ij = Qc_ij - sum_k P_ik Qc_ik - Cov_i(a) and, since sum_k P_ik m_ik = 0,
+                # m''_i = -sum_k P_ik [ m_ik m_ik m_ik + sym3(Qc_ik m_ik) ]   (proofs/third_order.py)
+                m_prime = const - cov_a.reshape(B, N, 1, L, L)
+                Qc_box = Interval.point(np.broadcast_to(Qc[None], (B, N, N, L, L)))
+                m_second = -iv.isum(_expand3(P.v) * (_outer3(m) + _sym3(Qc_box, m)), axis=2)  # (B, i, L, L, L)
+                third = _expand3(P.v) * (_outer3(m) + _sym3(m_prime, m) + m_second.reshape(B, N, 1, L, L, L))
+        P = Dual(P.v, iv.intersect(P.g, g2), P.c, P.t, hessian, with_hessian, third, with_third).tightened()
     # U[i, j, c] = y_j - ybar_i = sum_k P_ik D_jk, and 2 Cov_i[c, c'] = sum_{k, l} P_ik P_il D_kl[c] D_kl[c']:
     # values and gradients in these forms (no dependency between P and the points), first order only
     P1, D1 = P.first_order(), D.first_order()
@@ -293,11 +346,15 @@ def enclose_core_jacobian(theta: Interval, par: Parametrisation, with_grad: bool
     if with_hessian:
         # second derivatives in forms N times smaller: U_ij = D_ji - w_i with w_i = sum_k P_ik D_ki (D_ji is linear,
         # so d^2 U_ij = -d^2 w_i), and 2 Cov_i = 2 sum_k P_ik U_ik U_ik^T
-        DT = _linear(theta, np.swapaxes(cD, 0, 1), True, centre, offset, True)  # DT[i, k] = D[k, i] = y_k - y_i
+        DT = _linear(theta, np.swapaxes(cD, 0, 1), True, centre, offset, True, with_third)  # DT[i, k] = y_k - y_i
         w = (P.reshape(B, N, N, 1) * DT).sum(2)  # (B, N, d)
-        U = Dual(U.v, U.g, U.c, U.t, -Interval(np.broadcast_to(w.h.lo[:, :, None], (B, N, N, d, L, L)),
-                                               np.broadcast_to(w.h.hi[:, :, None], (B, N, N, d, L, L))),
-                 True).tightened()
+
+        def broadcast_j(x: Interval) -> Interval:  # w_i -> [i, j] for every j
+            shape = (B, N, N) + x.lo.shape[2:]
+            return Interval(np.broadcast_to(x.lo[:, :, None], shape), np.broadcast_to(x.hi[:, :, None], shape))
+
+        U = Dual(U.v, U.g, U.c, U.t, -broadcast_j(w.h), True, -broadcast_j(w.k) if with_third else None,
+                 with_third).tightened()
         UU = dual_square(U) if d == 1 else U.reshape(B, N, N, d, 1) * U.reshape(B, N, N, 1, d)
         cov2_u = (P.reshape(B, N, N, 1, 1) * UU.reshape(B, N, N, d, d)).sum(2)  # (B, N, d, d), halved below
         # and the pairwise form 2 Cov_i = sum_{k,l} P_ik P_il D_kl D_kl^T to second order: neither form's interval
@@ -308,7 +365,8 @@ def enclose_core_jacobian(theta: Interval, par: Parametrisation, with_grad: bool
         cov2_pair = (PP2.reshape(B, N, N, N, 1, 1) * Q2.reshape(B, 1, N, N, d, d)).sum(2).sum(2)
         cov2 = Dual(iv.intersect(iv.intersect(cov2.v, cov2_u.v * 2.0), cov2_pair.v),
                     iv.intersect(iv.intersect(cov2.g, cov2_u.g * 2.0), cov2_pair.g), cov2.c, cov2.t,
-                    iv.intersect(cov2_u.h * 2.0, cov2_pair.h), True).tightened()
+                    iv.intersect(cov2_u.h * 2.0, cov2_pair.h), True,
+                    iv.intersect(cov2_u.k * 2.0, cov2_pair.k) if with_third else None, with_third).tightened()
     # 2 P_ij U_ij[c] (y_i - y_j)[c'],  (y_i - y_j) = D[i, j]
     R = (P.reshape(B, N, N, 1) * U).reshape(B, N, N, d, 1) * D.reshape(B, N, N, 1, d)  # (B, i, j, c, c')
     eye = np.eye(d)
@@ -327,11 +385,12 @@ def enclose_core_jacobian(theta: Interval, par: Parametrisation, with_grad: bool
         return Dual(M_v, None)
     M_g = assemble(R.g, P.g.reshape(B, N, N, L), cov2.g, (L,))
     M_h = None if not with_hessian else assemble(R.h, P.h.reshape(B, N, N, L, L), cov2.h, (L, L))
+    M_k = None if not with_third else assemble(R.k, P.k.reshape(B, N, N, L, L, L), cov2.k, (L, L, L))
     if centre is None:
-        return Dual(M_v, M_g, h=M_h)
+        return Dual(M_v, M_g, h=M_h, k=M_k)
     M_c = Dual(assemble(R.c.v, P.c.v, cov2.c.v, ()),
                None if not with_hessian else assemble(R.c.g, P.c.g.reshape(B, N, N, L), cov2.c.g, (L,)))
-    return Dual(M_v, M_g, M_c, offset, M_h).tightened()
+    return Dual(M_v, M_g, M_c, offset, M_h, k=M_k).tightened()
 
 
 def core_jacobian_float(Y: np.ndarray) -> np.ndarray:
