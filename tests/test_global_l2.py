@@ -570,14 +570,17 @@ def test_table_dominates_random_configurations(index: int, scale: float, seed: i
 def test_table_meets_the_tightness_targets() -> None:
     """Issue targets met by the shipped table: upper / lower <= 1.01 for N <= 4, d = 1, and <= 1.05 for N = 5, d = 1
     and N <= 3, d = 2, both norms, each certified completely in under 10 minutes (N = 6, d = 1, inf-norm: with two
-    processes). The N = 6, d = 1 2-norm entry is certified but looser (see benchmarks/README.md)."""
+    processes). The N = 6, d = 1 2-norm entry meets the ratio, complete, but took longer (805.8 s with two
+    processes; see benchmarks/README.md)."""
     table = {(e["N"], e["d"], e["norm"]): e for e in entries()}
     for (N, d, norm), e in table.items():
         target = (1.01 if (d == 1 and N <= 4) else
-                  1.05 if (d == 1 and N == 5) or (d == 2 and N <= 3) or (N, d, norm) == (6, 1, "inf") else None)
+                  1.05 if (d == 1 and N in (5, 6)) or (d == 2 and N <= 3) else None)
         if target is not None:
             assert e["upper"] / e["lower"] <= target, (N, d, norm)
-            assert e["complete"] and e["seconds"] <= 600, (N, d, norm)
+            assert e["complete"], (N, d, norm)
+            if (N, d, norm) != (6, 1, "2"):
+                assert e["seconds"] <= 600, (N, d, norm)
 
 
 def test_table_beats_the_paper_constant() -> None:
