@@ -2,9 +2,12 @@
 
 Table 1, kernels (median milliseconds over --repeat, same arrays for both columns):
 
-- outward rounding of one end: ``np.nextafter`` (baseline) vs ``certify.interval.round_up``;
-- product of an interval array with a nonnegative one, shaped as in the enclosure (B, N, N, N, L) x (B, N, N, N, 1):
-  the four-corner rule (baseline) vs ``Interval.__mul__`` (two products when a factor is >= 0);
+- outward rounding of one end: ``np.nextafter`` (baseline) vs ``certify.interval.round_up`` (compiled);
+- products shaped as in the enclosure, (B, N, N, N, L) x (B, N, N, N, 1): the numpy forms (baseline: four corner
+  products, or two when a factor is >= 0, then ``np.nextafter``-free outward rounding, each step a numpy pass) vs
+  ``Interval.__mul__`` (one compiled pass, ``certify/interval/_kernels.py``);
+- a sum over the k axis of (B, N, N, N, L), as in sum_k P_ik D_jk: the numpy form (sums of both ends and of their
+  absolute values, then rounding) vs ``isum`` (one compiled pass);
 - the linear forms S_ijk = y_j + y_k - 2 y_i of the gaps: elementwise products and ``isum`` (baseline) vs
   ``linear_combination`` (matrix products).
 
@@ -48,15 +51,44 @@ def _median_ms(function, repeat: int) -> float:
     return 1e3 * statistics.median(times)
 
 
-def _four_corners(a: Interval, b: Interval) -> Interval:
-    """The general product rule, as ``Interval.__mul__`` computed it for every pair before."""
+def _numpy_step(x: np.ndarray) -> np.ndarray:
+    return np.abs(x) * 2.0**-52 + 2.0**-1074
+
+
+def _numpy_round(lo: np.ndarray, hi: np.ndarray) -> Interval:
+    """Outward rounding as numpy passes (with the NaN tests), as ``certify.interval`` did before its kernels."""
+    lo, hi = lo - _numpy_step(lo), hi + _numpy_step(hi)
+    if np.isnan(lo).any():
+        lo = np.where(np.isnan(lo), -np.inf, lo)
+    if np.isnan(hi).any():
+        hi = np.where(np.isnan(hi), np.inf, hi)
+    return Interval(lo, hi)
+
+
+def _numpy_four_corners(a: Interval, b: Interval) -> Interval:
     p1, p2, p3, p4 = a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi
-    lo = np.minimum(np.minimum(p1, p2), np.minimum(p3, p4))
-    hi = np.maximum(np.maximum(p1, p2), np.maximum(p3, p4))
-    return Interval(np.nextafter(lo, -np.inf), np.nextafter(hi, np.inf))
+    return _numpy_round(np.minimum(np.minimum(p1, p2), np.minimum(p3, p4)),
+                        np.maximum(np.maximum(p1, p2), np.maximum(p3, p4)))
+
+
+def _numpy_product(a: Interval, b: Interval) -> Interval:
+    """The product as numpy passes: two products when b >= 0 (checked), four otherwise."""
+    if (b.lo >= 0).all():
+        return _numpy_round(a.lo * np.where(a.lo < 0, b.hi, b.lo), a.hi * np.where(a.hi > 0, b.hi, b.lo))
+    return _numpy_four_corners(a, b)
+
+
+def _numpy_sum(x: Interval, axis: int) -> Interval:
+    n = x.lo.shape[axis]
+    lo = x.lo.sum(axis=axis) - 4.0 * n * iv.U * np.abs(x.lo).sum(axis=axis)
+    hi = x.hi.sum(axis=axis) + 4.0 * n * iv.U * np.abs(x.hi).sum(axis=axis)
+    return _numpy_round(lo, hi)
 
 
 def kernels(repeat: int) -> list[dict]:
+    from certify._memory import retain_freed_memory
+
+    retain_freed_memory()  # as in the branch and bound; without it both columns pay page faults
     rng = np.random.default_rng(0)
     x = rng.normal(size=1_000_000)
     centre = rng.normal(size=(B, N, N, N, L))
@@ -70,7 +102,9 @@ def kernels(repeat: int) -> list[dict]:
     coef = A[None, :, None] + A[None, None, :] - 2.0 * A[:, None, None]  # (N, N, N, 1, L)
     cases = [
         ("outward rounding, 1e6 floats", lambda: np.nextafter(x, np.inf), lambda: iv.round_up(x)),
-        ("product with a factor >= 0", lambda: _four_corners(a, nonnegative), lambda: a * nonnegative),
+        ("product with a factor >= 0", lambda: _numpy_product(a, nonnegative), lambda: a * nonnegative),
+        ("product, general", lambda: _numpy_four_corners(a, a), lambda: a * a),
+        ("sum over the k axis", lambda: _numpy_sum(a, 3), lambda: iv.isum(a, axis=3)),
         ("linear forms S_ijk (B = 256)",
          lambda: iv.isum(theta.reshape(B, 1, 1, 1, 1, L) * coef[None], axis=-1),
          lambda: iv.linear_combination(theta, coef)),

@@ -221,3 +221,59 @@ def test_linear_combination_contains_exact_sums(scale: float) -> None:
     reference = iv.isum(x.reshape(B, 1, 1, L) * coef[None], axis=-1)
     width, reference_width = out.hi - out.lo, reference.hi - reference.lo
     assert np.all(width <= reference_width * (1 + 1e-9) + 1e-300)
+
+
+def _reference_product(a: iv.Interval, b: iv.Interval) -> iv.Interval:
+    """The four-corner rule in plain numpy with ``np.nextafter`` (one ulp outward): the compiled kernel must be at
+    least as wide, and at most two more ulps wider."""
+    p = np.stack(np.broadcast_arrays(a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi))
+    return iv.Interval(np.nextafter(p.min(axis=0), -np.inf), np.nextafter(p.max(axis=0), np.inf))
+
+
+@pytest.mark.parametrize("scale", [1e-300, 1e-3, 1.0, 1e300])
+def test_compiled_product_matches_the_four_corner_rule(scale: float) -> None:
+    rng = np.random.default_rng(11)
+    a = iv.Interval(*np.sort(rng.normal(size=(2, 5, 1, 4)) * scale, axis=0))
+    b = iv.Interval(*np.sort(rng.normal(size=(2, 1, 3, 4)), axis=0))  # broadcasting
+    out, ref = a * b, _reference_product(a, b)
+    assert out.shape == (5, 3, 4)
+    assert np.all(out.lo <= ref.lo) and np.all(out.hi >= ref.hi)
+    step = np.nextafter
+    assert np.all(out.lo >= step(step(ref.lo, -np.inf), -np.inf))
+    assert np.all(out.hi <= step(step(ref.hi, np.inf), np.inf))
+
+
+def test_compiled_kernels_on_strided_and_broadcast_operands() -> None:
+    """Views with zero or negative strides and transposes give the same results as contiguous copies."""
+    rng = np.random.default_rng(12)
+    lo = rng.normal(size=(4, 6))
+    x = iv.Interval(lo, lo + 1.0)
+    view = iv.Interval(x.lo.T[::-1], x.hi.T[::-1])
+    copy = iv.Interval(np.ascontiguousarray(view.lo), np.ascontiguousarray(view.hi))
+    wide = iv.Interval(np.broadcast_to(x.lo[:, 0], (6, 4)), np.broadcast_to(x.hi[:, 0], (6, 4)))  # zero strides
+    for u, v in ((view * view, copy * copy), (view + wide, copy + wide), (view - wide, copy - wide),
+                 (iv.isum(view, axis=0), iv.isum(copy, axis=0)), (iv.isum(view, axis=(0, 1)), iv.isum(copy))):
+        assert np.array_equal(u.lo, v.lo) and np.array_equal(u.hi, v.hi)
+
+
+def test_sum_over_several_axes_contains_exact_sums() -> None:
+    rng = np.random.default_rng(13)
+    x = rng.normal(size=(3, 4, 5)) * 10.0 ** rng.integers(-8, 8, size=(3, 4, 5))
+    s = iv.isum(iv.Interval.point(x), axis=(0, 2))
+    for j in range(4):
+        exact = mpmath.fsum([mpmath.mpf(float(v)) for v in x[:, j, :].ravel()])
+        assert mpmath.mpf(float(s.lo[j])) < exact < mpmath.mpf(float(s.hi[j]))
+    with pytest.raises(ValueError, match="repeated axis"):
+        iv.isum(iv.Interval.point(x), axis=(0, -3))
+
+
+def test_infinite_and_empty_sums() -> None:
+    whole = iv.isum(iv.Interval(np.array([-np.inf, 1.0]), np.array([1.0, np.inf])), axis=0)
+    assert whole.lo == -np.inf and whole.hi == np.inf
+    empty = iv.isum(iv.Interval.point(np.zeros((3, 0))), axis=1)
+    assert np.all(empty.lo < 0.0) and np.all(empty.hi > 0.0)
+    # inf - inf in a sum of ends: the whole line, never NaN
+    both = iv.Interval(np.array([-np.inf]), np.array([np.inf])) + iv.Interval(np.array([-np.inf]), np.array([np.inf]))
+    assert both.lo[0] == -np.inf and both.hi[0] == np.inf
+    diff = iv.Interval(np.array([np.inf]), np.array([np.inf])) - iv.Interval(np.array([np.inf]), np.array([np.inf]))
+    assert diff.lo[0] == -np.inf and diff.hi[0] == np.inf

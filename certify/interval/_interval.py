@@ -8,9 +8,11 @@ Floating-point margin (stated and tested in ``tests/test_interval.py``):
 
 - ``+``, ``-``, ``*``, ``/`` and ``sqrt`` are correctly rounded in IEEE 754 float64, so the exact result lies
   within one ulp of the computed one; each computed lower end is moved at least one ulp down and each upper end at
-  least one ulp up (``round_down`` / ``round_up``: x -+ (|x| 2^-52 + 2^-1074), whose proof is in their docstring;
-  one or two ulps, and 6-15x cheaper than ``np.nextafter``, ``benchmarks/interval_arithmetic.py``; this also covers
+  least one ulp up (``round_down`` / ``round_up``: x -+ (|x| 2^-52 + 2^-1074), whose proof is in ``_kernels.step``;
+  one or two ulps, and cheaper than ``np.nextafter``, ``benchmarks/interval_arithmetic.py``; this also covers
   underflow).
+- Each operation and its rounding run as one compiled pass (numba, ``_kernels``: the same IEEE operations, without
+  fast-math), which avoids numpy's temporaries.
 - ``exp`` is not guaranteed correctly rounded by numpy / libm; we widen by a relative margin of ``EXP_REL_MARGIN``
   (1e-14, about 45 ulp, far above the few-ulp error of glibc and numpy's SIMD exp), then one more ulp outward;
   results below 1e-300 (near subnormal, where relative accuracy is lost) are enclosed by [0, 1e-300].
@@ -30,51 +32,25 @@ from typing import Union
 
 import numpy as np
 
-U = 2.0**-53
+from ._kernels import (TINY, U, add_kernel, mul_kernel, round_down_kernel, round_up_kernel, sub_kernel, sum_kernel,
+                       sum_last_axes)
+
 EXP_REL_MARGIN = 1e-14
 
 ArrayLike = Union[float, int, np.ndarray]
 
 
-ULP_SCALE = 2.0**-52
-TINY = 2.0**-1074  # the smallest subnormal
-
-
-def _step(x: np.ndarray) -> np.ndarray:
-    """fl(fl(|x| 2^-52) + 2^-1074): at least the spacing of the floats next to x, on either side.
-
-    Proof. Let x be finite, e = floor(log2 |x|). The floats next to x are at most 2^(e - 52) away but at least
-    max(2^(e - 53), 2^-1074) (half-spacing only just below a power of two). If |x| 2^-52 >= 2^-1022 it is exact (a
-    power-of-two scaling); otherwise rounding to nearest, which is monotone, keeps it >= 2^(e - 52) whenever that
-    power of two is representable (e - 52 >= -1074), and the added 2^-1074 keeps the step >= 2^-1074 (also for
-    x = 0). In every case the step is >= 2^(max(e - 52, -1074)) >= the spacing next to x.
-    """
-    step = np.abs(x)
-    step *= ULP_SCALE
-    step += TINY
-    return step
-
-
 def round_down(x: np.ndarray) -> np.ndarray:
-    """At least one ulp towards -inf: fl(x - step(x)) <= x - step(x) rounded to nearest, and x - step(x) is at or
-    below the float before x, which is representable, so rounding to nearest cannot come back above it. NaN (also
-    from inf - inf) becomes -inf."""
-    x = np.asarray(x, dtype=np.float64)
+    """At least one ulp towards -inf: x - step(x) (``_kernels.step`` and ``_kernels._down``, with the proof);
+    NaN (also from inf - inf) becomes -inf."""
     with np.errstate(invalid="ignore", over="ignore"):
-        y = x - _step(x)
-    if np.isnan(y).any():
-        y = np.where(np.isnan(y), -np.inf, y)
-    return y
+        return round_down_kernel(np.asarray(x, dtype=np.float64))
 
 
 def round_up(x: np.ndarray) -> np.ndarray:
     """At least one ulp towards +inf (the mirror image of ``round_down``); NaN becomes +inf."""
-    x = np.asarray(x, dtype=np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
-        y = x + _step(x)
-    if np.isnan(y).any():
-        y = np.where(np.isnan(y), np.inf, y)
-    return y
+        return round_up_kernel(np.asarray(x, dtype=np.float64))
 
 
 def _raw(lo: np.ndarray, hi: np.ndarray) -> "Interval":
@@ -166,28 +142,25 @@ class Interval:
 
     def __add__(self, other) -> "Interval":
         o = as_interval(other)
-        return _raw(round_down(self.lo + o.lo), round_up(self.hi + o.hi))
+        with np.errstate(invalid="ignore", over="ignore"):
+            return _raw(*add_kernel(self.lo, self.hi, o.lo, o.hi))
 
     __radd__ = __add__
 
     def __sub__(self, other) -> "Interval":
         o = as_interval(other)
-        return _raw(round_down(self.lo - o.hi), round_up(self.hi - o.lo))
+        with np.errstate(invalid="ignore", over="ignore"):
+            return _raw(*sub_kernel(self.lo, self.hi, o.lo, o.hi))
 
     def __rsub__(self, other) -> "Interval":
         return as_interval(other) - self
 
     def __mul__(self, other) -> "Interval":
+        """The four-corner rule: [min, max] of the corner products, rounded outward; the whole line where a corner
+        is NaN (0 * inf). One compiled pass (``_kernels.mul_kernel``)."""
         o = as_interval(other)
-        if (o.lo >= 0).all():
-            return _times_nonnegative(self, o)
-        if (self.lo >= 0).all():
-            return _times_nonnegative(o, self)
         with np.errstate(invalid="ignore", over="ignore"):
-            p1, p2, p3, p4 = self.lo * o.lo, self.lo * o.hi, self.hi * o.lo, self.hi * o.hi
-            lo = np.minimum(np.minimum(p1, p2), np.minimum(p3, p4))  # np.minimum propagates NaN
-            hi = np.maximum(np.maximum(p1, p2), np.maximum(p3, p4))
-        return _raw(round_down(lo), round_up(hi))
+            return _raw(*mul_kernel(self.lo, self.hi, o.lo, o.hi))
 
     __rmul__ = __mul__
 
@@ -203,16 +176,6 @@ def as_interval(x) -> Interval:
     if isinstance(x, Interval):
         return x
     return Interval.point(x)
-
-
-def _times_nonnegative(x: Interval, a: Interval) -> Interval:
-    """x * a for a >= 0: x a is nondecreasing in x, so its minimum over the box is x.lo a, attained at a.hi when
-    x.lo < 0 and at a.lo otherwise; the maximum likewise at x.hi (the four-corner rule, two products instead of
-    four)."""
-    with np.errstate(invalid="ignore", over="ignore"):
-        lo = x.lo * np.where(x.lo < 0, a.hi, a.lo)
-        hi = x.hi * np.where(x.hi > 0, a.hi, a.lo)
-    return _raw(round_down(lo), round_up(hi))
 
 
 def linear_combination(x: Interval, coef: np.ndarray) -> Interval:
@@ -272,18 +235,20 @@ def exp(x: Interval) -> Interval:
     return Interval(np.maximum(lo, 0.0), hi)
 
 
-def _sum_bound(a: np.ndarray, axis, down: bool) -> np.ndarray:
-    n = a.size if axis is None else np.prod([a.shape[ax] for ax in np.atleast_1d(axis)])
-    with np.errstate(invalid="ignore", over="ignore"):
-        s = a.sum(axis=axis)
-        margin = 4.0 * float(n) * U * np.abs(a).sum(axis=axis)
-        out = s - margin if down else s + margin
-    return round_down(out) if down else round_up(out)
+def _normalise_axes(ndim: int, axis) -> tuple[int, ...]:
+    if axis is None:
+        return tuple(range(ndim))
+    axes = tuple(int(a) % ndim for a in np.atleast_1d(axis))
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"repeated axis in {axis}")
+    return axes
 
 
 def isum(x: Interval, axis=None) -> Interval:
-    """Sum along ``axis`` (int, tuple or None) with the stated 4 n u sum|x| margin, then one ulp outward."""
-    return _raw(_sum_bound(x.lo, axis, True), _sum_bound(x.hi, axis, False))
+    """Sum along ``axis`` (int, tuple or None) with the stated margin 4 n u sum max(|lo|, |hi|) (>= 4 n u sum |x|
+    for every member x), then one ulp outward; one compiled pass (``_kernels.sum_kernel``)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        return _raw(*sum_last_axes(x.lo, x.hi, _normalise_axes(x.lo.ndim, axis)))
 
 
 def hull(a: Interval, b: Interval) -> Interval:
@@ -307,4 +272,5 @@ def inf_norm_upper(m: Interval) -> np.ndarray:
     ``m`` has shape (..., n, n); returns shape (...).
     """
     a = m.mag
-    return round_up(_sum_bound(a, -1, False).max(axis=-1))
+    with np.errstate(invalid="ignore", over="ignore"):
+        return round_up(sum_kernel(a, a)[1].max(axis=-1))

@@ -1,0 +1,120 @@
+"""Compiled (numba) kernels of the interval arithmetic: each operation and its outward rounding in one pass.
+
+The formulas are those of ``_interval`` (and proved there), evaluated element by element in IEEE float64 without
+fast-math (no reassociation, no fused multiply-add contraction), so every operation rounds exactly as numpy's
+does. Fusing them removes the temporaries numpy needs for each step (four products, their minimum and maximum,
+|x|, the step, the subtraction, the NaN test): an interval product is about 3x faster, a sum along an axis about
+15x (``benchmarks/interval_arithmetic.py``).
+
+- ``step(x) = fl(fl(|x| 2^-52) + 2^-1074)`` is at least the spacing of the floats next to x (``_interval._step``);
+  ``down(x) = fl(x - step(x))`` and ``up(x) = fl(x + step(x))`` are at least one ulp below / above x, and NaN
+  (from inf - inf) becomes -inf / +inf.
+- product: the four corner products, their minimum and maximum, rounded outward; if any corner is NaN
+  (0 * inf), the whole line (-inf, inf).
+- sum of n terms along the last axis: the sums of the lower and upper ends, widened by 4 n u sum_k max(|lo_k|,
+  |hi_k|) (>= gamma_(n-1) sum |x_k| for any summation order, the factor 4 covering the rounding of the margin
+  itself, u = 2^-53), then rounded outward.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+ULP_SCALE = 2.0**-52
+TINY = 2.0**-1074  # the smallest subnormal
+U = 2.0**-53
+
+
+@numba.njit(inline="always")
+def step(x: float) -> float:
+    """fl(fl(|x| 2^-52) + 2^-1074): at least the spacing of the floats next to x, on either side.
+
+    Proof. Let x be finite, e = floor(log2 |x|). The floats next to x are at most 2^(e - 52) away but at least
+    max(2^(e - 53), 2^-1074) (half-spacing only just below a power of two). If |x| 2^-52 >= 2^-1022 it is exact (a
+    power-of-two scaling); otherwise rounding to nearest, which is monotone, keeps it >= 2^(e - 52) whenever that
+    power of two is representable (e - 52 >= -1074), and the added 2^-1074 keeps the step >= 2^-1074 (also for
+    x = 0). In every case the step is >= 2^(max(e - 52, -1074)) >= the spacing next to x.
+    """
+    return abs(x) * ULP_SCALE + TINY
+
+
+@numba.njit(inline="always")
+def _down(x: float) -> float:
+    """fl(x - step(x)) <= x - step(x) rounded to nearest, and x - step(x) is at or below the float before x,
+    which is representable, so rounding to nearest cannot come back above it: at least one ulp below x. NaN (from
+    inf - inf, or a NaN x) becomes -inf."""
+    y = x - step(x)
+    return -math.inf if y != y else y
+
+
+@numba.njit(inline="always")
+def _up(x: float) -> float:
+    """The mirror image of ``_down``: at least one ulp above x; NaN becomes +inf."""
+    y = x + step(x)
+    return math.inf if y != y else y
+
+
+@numba.vectorize(["float64(float64)"], cache=True)
+def round_down_kernel(x):
+    return _down(x)
+
+
+@numba.vectorize(["float64(float64)"], cache=True)
+def round_up_kernel(x):
+    return _up(x)
+
+
+@numba.guvectorize(["void(f8, f8, f8, f8, f8[:], f8[:])"], "(),(),(),()->(),()", cache=True)
+def add_kernel(a_lo, a_hi, b_lo, b_hi, lo, hi):
+    lo[0] = _down(a_lo + b_lo)
+    hi[0] = _up(a_hi + b_hi)
+
+
+@numba.guvectorize(["void(f8, f8, f8, f8, f8[:], f8[:])"], "(),(),(),()->(),()", cache=True)
+def sub_kernel(a_lo, a_hi, b_lo, b_hi, lo, hi):
+    lo[0] = _down(a_lo - b_hi)
+    hi[0] = _up(a_hi - b_lo)
+
+
+@numba.guvectorize(["void(f8, f8, f8, f8, f8[:], f8[:])"], "(),(),(),()->(),()", cache=True)
+def mul_kernel(a_lo, a_hi, b_lo, b_hi, lo, hi):
+    p1 = a_lo * b_lo
+    p2 = a_lo * b_hi
+    p3 = a_hi * b_lo
+    p4 = a_hi * b_hi
+    if p1 != p1 or p2 != p2 or p3 != p3 or p4 != p4:
+        lo[0] = -math.inf
+        hi[0] = math.inf
+    else:
+        lo[0] = _down(min(min(p1, p2), min(p3, p4)))
+        hi[0] = _up(max(max(p1, p2), max(p3, p4)))
+
+
+@numba.guvectorize(["void(f8[:], f8[:], f8[:], f8[:])"], "(n),(n)->(),()", cache=True)
+def sum_kernel(x_lo, x_hi, lo, hi):
+    n = x_lo.shape[0]
+    s_lo = 0.0
+    s_hi = 0.0
+    magnitude = 0.0
+    for k in range(n):
+        s_lo += x_lo[k]
+        s_hi += x_hi[k]
+        magnitude += max(abs(x_lo[k]), abs(x_hi[k]))
+    margin = 4.0 * n * U * magnitude  # NaN or inf here makes the ends NaN or infinite: the whole line
+    lo[0] = _down(s_lo - margin)
+    hi[0] = _up(s_hi + margin)
+
+
+def sum_last_axes(x_lo: np.ndarray, x_hi: np.ndarray, axes: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """``sum_kernel`` over the given (normalised, distinct) axes: they are moved last and flattened."""
+    keep = [a for a in range(x_lo.ndim) if a not in axes]
+    order = keep + list(axes)
+    shape = tuple(x_lo.shape[a] for a in keep) + (-1,)
+    lo = np.transpose(x_lo, order)
+    hi = np.transpose(x_hi, order)
+    if len(axes) > 1:
+        lo, hi = lo.reshape(shape), hi.reshape(shape)
+    return sum_kernel(lo, hi)
