@@ -277,3 +277,12 @@ def test_infinite_and_empty_sums() -> None:
     assert both.lo[0] == -np.inf and both.hi[0] == np.inf
     diff = iv.Interval(np.array([np.inf]), np.array([np.inf])) - iv.Interval(np.array([np.inf]), np.array([np.inf]))
     assert diff.lo[0] == -np.inf and diff.hi[0] == np.inf
+
+
+def test_sum_of_positive_lower_ends_stays_positive() -> None:
+    """Each end of a sum gets the margin of its own terms: wide positive intervals (softmax denominators of far
+    apart tokens) keep a positive lower end, so their reciprocal exists."""
+    x = iv.Interval(np.full(6, 1e-200), np.full(6, 1e200))
+    s = iv.isum(x, axis=0)
+    assert s.lo > 0.0 and s.hi >= 6e200
+    assert np.isfinite(iv.reciprocal(s).hi)

@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from problems import layers, random_weights
 
@@ -34,6 +34,25 @@ def _points_in_box(c: np.ndarray, r: np.ndarray, count: int, seed: int) -> np.nd
     return np.concatenate([inner, corners, c[None]])
 
 
+def _assert_encloses(J: np.ndarray, enclosure: Interval) -> None:
+    """Every float64 Jacobian J is inside the enclosure, up to J's own rounding error: entries that cancel terms of
+    size max |J| carry an absolute error of a few ulps of max |J|. Seen: an entry of -2.79e-6 off by 6.4e-16, whose
+    exact value (50-digit mpmath) lay inside an enclosure 2.7e-18 wide. The slack, 1e-13 (1 + max |J|), is far below
+    any real error of an enclosure."""
+    slack = 1e-13 * (1.0 + np.abs(J).max())
+    assert np.all(J >= enclosure.lo - slack) and np.all(J <= enclosure.hi + slack)
+
+
+def _dp_layer_with_cancelling_entries():
+    from certify.attention import AttentionWeights
+
+    t = lambda x: torch.tensor(x, dtype=torch.float64)  # noqa: E731
+    return AttentionWeights("dp", W_Q=t([[[2.1793], [-0.4150]], [[-3.0813], [0.8039]]]),
+                            W_K=t([[[-1.5337], [-1.9779]], [[0.5704], [1.1851]]]),
+                            W_V=t([[[-1.0172], [-0.5704]], [[-0.8438], [0.2574]]]),
+                            W_O=t([[-1.2115, 1.5565], [-1.5149, 0.1735]])), 3
+
+
 def _box(N: int, D: int, seed: int, width: float) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     return rng.standard_normal((N, D)), width * rng.uniform(0, 1, (N, D))
@@ -44,6 +63,7 @@ def _box(N: int, D: int, seed: int, width: float) -> tuple[np.ndarray, np.ndarra
 
 @settings(max_examples=30)
 @given(layer=layers(max_N=4, max_d=2), seed=st.integers(0, 10_000), width=st.sampled_from([0.0, 1e-3, 0.1, 0.5]))
+@example(layer=_dp_layer_with_cancelling_entries(), seed=2, width=0.0)
 def test_enclosures_contain_the_jacobian(layer, seed, width):
     weights, N = layer
     nw = numpy_weights(weights)
@@ -51,7 +71,7 @@ def test_enclosures_contain_the_jacobian(layer, seed, width):
     box = Interval(c - r, c + r)
     J = jacobian(torch.from_numpy(_points_in_box(c, r, 48, seed)), weights).numpy()
     for enclosure in (jacobian_enclosure(box, nw), mean_value_enclosure(box, nw)):
-        assert np.all(J >= enclosure.lo) and np.all(J <= enclosure.hi)
+        _assert_encloses(J, enclosure)
 
 
 def test_batched_enclosures_equal_single_ones():
@@ -246,4 +266,4 @@ def test_vertex_bound_holds_on_the_box(layer, seed, width):
         points = _points_in_box(c, r, 64, seed)
         J = jacobian(torch.from_numpy(points), weights)
         assert jacobian_norm(J, norm).max().item() <= bounds[0]
-        assert np.all(J.numpy() >= enclosure.lo[0]) and np.all(J.numpy() <= enclosure.hi[0])
+        _assert_encloses(J.numpy(), enclosure[0])

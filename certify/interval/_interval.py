@@ -245,8 +245,8 @@ def _normalise_axes(ndim: int, axis) -> tuple[int, ...]:
 
 
 def isum(x: Interval, axis=None) -> Interval:
-    """Sum along ``axis`` (int, tuple or None) with the stated margin 4 n u sum max(|lo|, |hi|) (>= 4 n u sum |x|
-    for every member x), then one ulp outward; one compiled pass (``_kernels.sum_kernel``)."""
+    """Sum along ``axis`` (int, tuple or None): the ends summed with the stated margins 4 n u sum |lo| and
+    4 n u sum |hi|, then one ulp outward; one compiled pass (``_kernels.sum_kernel``)."""
     with np.errstate(invalid="ignore", over="ignore"):
         return _raw(*sum_last_axes(x.lo, x.hi, _normalise_axes(x.lo.ndim, axis)))
 

@@ -11,9 +11,10 @@ does. Fusing them removes the temporaries numpy needs for each step (four produc
   (from inf - inf) becomes -inf / +inf.
 - product: the four corner products, their minimum and maximum, rounded outward; if any corner is NaN
   (0 * inf), the whole line (-inf, inf).
-- sum of n terms along the last axis: the sums of the lower and upper ends, widened by 4 n u sum_k max(|lo_k|,
-  |hi_k|) (>= gamma_(n-1) sum |x_k| for any summation order, the factor 4 covering the rounding of the margin
-  itself, u = 2^-53), then rounded outward.
+- sum of n terms along the last axis: the sum of the lower ends minus 4 n u sum_k |lo_k|, and of the upper ends
+  plus 4 n u sum_k |hi_k| (each >= gamma_(n-1) times the sum of the magnitudes it adds up, for any summation
+  order; the factor 4 covers the rounding of the margin itself, u = 2^-53), then rounded outward. Each end gets the
+  margin of its own terms, so a sum of positive lower ends stays positive.
 """
 
 from __future__ import annotations
@@ -98,14 +99,16 @@ def sum_kernel(x_lo, x_hi, lo, hi):
     n = x_lo.shape[0]
     s_lo = 0.0
     s_hi = 0.0
-    magnitude = 0.0
+    abs_lo = 0.0
+    abs_hi = 0.0
     for k in range(n):
         s_lo += x_lo[k]
         s_hi += x_hi[k]
-        magnitude += max(abs(x_lo[k]), abs(x_hi[k]))
-    margin = 4.0 * n * U * magnitude  # NaN or inf here makes the ends NaN or infinite: the whole line
-    lo[0] = _down(s_lo - margin)
-    hi[0] = _up(s_hi + margin)
+        abs_lo += abs(x_lo[k])
+        abs_hi += abs(x_hi[k])
+    # NaN or inf in a margin makes that end NaN or infinite: the whole line on that side
+    lo[0] = _down(s_lo - 4.0 * n * U * abs_lo)
+    hi[0] = _up(s_hi + 4.0 * n * U * abs_hi)
 
 
 def sum_last_axes(x_lo: np.ndarray, x_hi: np.ndarray, axes: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
