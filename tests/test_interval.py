@@ -270,6 +270,8 @@ def test_sum_over_several_axes_contains_exact_sums() -> None:
 def test_infinite_and_empty_sums() -> None:
     whole = iv.isum(iv.Interval(np.array([-np.inf, 1.0]), np.array([1.0, np.inf])), axis=0)
     assert whole.lo == -np.inf and whole.hi == np.inf
+    scalar = iv.isum(iv.Interval(np.array(-1.0), np.array(2.0)))  # 0-d, axis None: the interval itself, widened
+    assert scalar.lo < -1.0 and scalar.hi > 2.0 and scalar.lo > -1.0 - 1e-14
     empty = iv.isum(iv.Interval.point(np.zeros((3, 0))), axis=1)
     assert np.all(empty.lo < 0.0) and np.all(empty.hi > 0.0)
     # inf - inf in a sum of ends: the whole line, never NaN

@@ -112,7 +112,10 @@ def sum_kernel(x_lo, x_hi, lo, hi):
 
 
 def sum_last_axes(x_lo: np.ndarray, x_hi: np.ndarray, axes: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """``sum_kernel`` over the given (normalised, distinct) axes: they are moved last and flattened."""
+    """``sum_kernel`` over the given (normalised, distinct) axes: they are moved last and flattened (no axes: a sum
+    of one term, as numpy's sum of a 0-d array)."""
+    if not axes:
+        return sum_kernel(x_lo[..., None], x_hi[..., None])
     keep = [a for a in range(x_lo.ndim) if a not in axes]
     order = keep + list(axes)
     shape = tuple(x_lo.shape[a] for a in keep) + (-1,)
