@@ -8,9 +8,10 @@ import dataclasses
 import math
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 
-from ._domain import Ball, Domain, Global
+from ._domain import Ball, Domain, EpsBall, Global
 from ._errors import InvalidInputError
 from ._result import Certificate
 from .adversarial import lower_bound
@@ -53,32 +54,85 @@ class Report:
         }
 
 
-def make_domain(radius: float | None) -> Domain:
-    return Global() if radius is None else Ball(radius)
+def as_center(center: Any, weights: AttentionWeights) -> torch.Tensor:
+    """An eps-ball centre X0 as a float64 CPU tensor of shape (N, D), or a clear error (shape, dtype, NaN)."""
+    if isinstance(center, np.ndarray):
+        if not (np.issubdtype(center.dtype, np.floating) or np.issubdtype(center.dtype, np.integer)) \
+                or center.dtype == np.bool_:
+            raise InvalidInputError(f"the eps-ball centre X0 must hold real numbers, got numpy dtype {center.dtype}")
+        center = torch.from_numpy(np.array(center, dtype=np.float64))
+    if not isinstance(center, torch.Tensor):
+        raise InvalidInputError(f"the eps-ball centre X0 must be a torch.Tensor or numpy array of shape (N, D), "
+                                f"got {type(center).__name__}")
+    if center.is_complex() or center.dtype == torch.bool:
+        raise InvalidInputError(f"the eps-ball centre X0 must hold real numbers, got dtype {center.dtype}")
+    if center.ndim != 2 or center.shape[0] < 1 or center.shape[1] != weights.D:
+        raise InvalidInputError(f"the eps-ball centre X0 must have shape (N, D) with D = {weights.D} and N >= 1, "
+                                f"got {tuple(center.shape)}")
+    center = center.detach().to("cpu", torch.float64)
+    if not torch.isfinite(center).all():
+        raise InvalidInputError("the eps-ball centre X0 has NaN or Inf entries")
+    return center
 
 
-def certify_layer(layer: torch.nn.Module | AttentionWeights, tokens: int, norm: str = "2",
-                  radius: float | None = None, methods: Sequence[str] | None = None, lower: bool = True,
+def make_domain(weights: AttentionWeights, tokens: int | None, radius: float | None = None, center: Any = None,
+                eps: float | None = None, eps_norm: str = "inf", domain: Domain | None = None) -> tuple[Domain, int]:
+    """The domain and N from `certify_layer`'s arguments: at most one of ``domain``, ``radius``, ``center``/``eps``.
+
+    Without any of them the domain is all of R^{N x D} (`Global`). With ``center`` (X0, shape (N, D)) and ``eps``
+    it is `EpsBall(X0, eps, eps_norm)` and N is X0's number of rows (``tokens``, if given, must agree).
+    """
+    given = [name for name, value in (("domain", domain), ("radius", radius), ("center", center)) if value is not None]
+    if len(given) > 1:
+        raise InvalidInputError(f"give at most one of domain, radius and center/eps, got {given}")
+    if (center is None) != (eps is None) and domain is None:
+        raise InvalidInputError("an eps-ball needs both center (X0, shape (N, D)) and eps")
+    if domain is None:
+        if center is not None:
+            domain = EpsBall(as_center(center, weights), float(eps), str(eps_norm))
+        else:
+            domain = Global() if radius is None else Ball(radius)
+    elif not isinstance(domain, (Global, Ball, EpsBall)):
+        raise InvalidInputError(f"domain must be certify.Global(), Ball(R) or EpsBall(X0, eps, p), got {domain!r}")
+    if isinstance(domain, EpsBall):
+        domain = dataclasses.replace(domain, center=as_center(domain.center, weights))
+        N = domain.center.shape[0]
+        if tokens is not None and tokens != N:
+            raise InvalidInputError(f"tokens = {tokens!r} does not match the eps-ball centre's N = {N}")
+        return domain, N
+    if tokens is None:
+        raise InvalidInputError("give the sequence length: tokens = N (or an eps-ball centre X0 of shape (N, D))")
+    return domain, check_tokens(tokens)
+
+
+def certify_layer(layer: torch.nn.Module | AttentionWeights, tokens: int | None = None, norm: str = "2",
+                  radius: float | None = None, methods: Sequence[str] | str | None = None, lower: bool = True,
                   lower_options: dict[str, Any] | None = None, time_budget: float = 10.0,
-                  progress: bool = False) -> Report:
+                  progress: bool = False, *, center: Any = None, eps: float | None = None, eps_norm: str = "inf",
+                  domain: Domain | None = None) -> Report:
     """Certify Lip_norm of an attention layer on sequences of ``tokens`` tokens.
 
     Args:
         layer: one of certify's attention modules, a ``torch.nn.MultiheadAttention`` (self-attention), or
             `AttentionWeights`.
-        tokens: the sequence length N >= 1.
+        tokens: the sequence length N >= 1 (may be left out with an eps-ball: N is the centre's number of rows).
         norm: ``"2"`` or ``"inf"`` (on vec(X), MATH.md section 0).
-        radius: if given, certify on the domain where every token has ||x_i||_2 <= radius. Required for
-            dot-product and untied L2 attention, which are not globally Lipschitz.
-        methods: names from ``certify.bounds.METHODS``, or ``["all"]`` (default: every default method that applies).
+        radius: if given, certify on the domain where every token has ||x_i||_2 <= radius. Dot-product and untied
+            L2 attention, which are not globally Lipschitz, need this or an eps-ball.
+        center, eps, eps_norm: certify on the eps-ball {X : ||vec(X - X0)||_p <= eps} around X0 = ``center``
+            (a tensor or array of shape (N, D)), p = ``eps_norm`` (``"inf"`` or ``"2"``).
+        domain: instead of radius or center/eps, a `certify.Global()`, `Ball(R)` or `EpsBall(X0, eps, p)`.
+        methods: names from ``certify.bounds.METHODS`` (a list, or one name as a string), or ``"all"`` (default:
+            every default method that applies).
         lower: also run the adversarial search for a lower bound on the same domain.
         time_budget: seconds for each searching method (branch and bound, and the adversarial lower bound);
             Ctrl-C inside a branch and bound keeps its bound.
     """
     weights = as_weights(layer)
-    check_tokens(tokens)
     check_norm(norm)
-    domain = make_domain(radius)
+    domain, tokens = make_domain(weights, tokens, radius, center, eps, eps_norm, domain)
+    if isinstance(methods, str):
+        methods = [methods]
     if isinstance(domain, Global):
         require_global_lipschitz(weights)
     if methods is None or list(methods) == ["all"]:

@@ -58,5 +58,21 @@ class EpsBall:
     def scope(self) -> str:
         return f"eps-ball(l{self.p}, eps={self.eps:g})"
 
+    def enclosing_ball(self) -> Ball:
+        """A `Ball(R)` containing the eps-ball: every token has ||x_i||_2 <= ||x0_i||_2 + eps (l2: ||x_i - x0_i||_2
+        <= ||vec(X - X0)||_2 <= eps; l_inf: ||x_i - x0_i||_2 <= sqrt(D) eps), so R = max_i ||x0_i||_2 + eps'.
+
+        Floating point: the float64 norm of D numbers has relative error below (D + 2) u (u = 2^-53), and the sum and
+        the square root one u each; the relative margin (D + 4) 2^-52 covers them, then one ulp up (and the absolute
+        1e-300 keeps R > 0).
+        """
+        X0 = self.center.detach().to("cpu", torch.float64)
+        D = X0.shape[1]
+        spread = self.eps * (math.sqrt(D) if self.p == "inf" else 1.0)
+        radius = (float(X0.norm(dim=1).max()) + spread) * (1 + (D + 4) * 2.0**-52) + 1e-300
+        if not math.isfinite(radius):
+            raise InvalidInputError(f"the eps-ball around X0 does not fit in a finite ball (radius {radius})")
+        return Ball(math.nextafter(radius, math.inf))
+
 
 Domain = Global | Ball | EpsBall

@@ -45,6 +45,12 @@ class Method:
 METHODS: dict[str, Method] = {}
 
 
+def enclosing_radius(domain: Ball | EpsBall) -> float:
+    """R of the domain's per-token ball, or of a per-token ball containing an eps-ball (`EpsBall.enclosing_ball`):
+    a bound on that larger domain holds on the eps-ball (its scope names the ball)."""
+    return domain.radius if isinstance(domain, Ball) else domain.enclosing_ball().radius
+
+
 def register(method: Method) -> Method:
     if method.name in METHODS:
         raise ValueError(f"method {method.name!r} is registered twice")
@@ -56,8 +62,9 @@ register(Method("paper", ("l2",), (Global,), lambda w, N, norm, domain, **_: pap
                 "Theorem 3.2 of Kim et al. (2021)"))
 register(Method("factorised", ("l2",), (Global,), lambda w, N, norm, domain, **_: factorised_bound(w, N, norm),
                 "||G|| c(N, d) ||V|| with a certified universal constant (MATH.md section 2)"))
-register(Method("castin", ("dp",), (Ball,), lambda w, N, norm, domain, **_: castin_bound(w, N, domain.radius, norm),
-                "Castin, Ablin & Peyre (2024), tokens in a ball"))
+register(Method("castin", ("dp",), (Ball, EpsBall),
+                lambda w, N, norm, domain, **_: castin_bound(w, N, enclosing_radius(domain), norm),
+                "Castin, Ablin & Peyre (2024), tokens in a ball (for an eps-ball: the ball containing it)"))
 register(Method("bnb", ("dp", "l2"), (Ball, EpsBall, Global),
                 lambda w, N, norm, domain, **options: branch_and_bound(w, N, norm, domain, **options),
                 "branch and bound: over boxes of X on a bounded domain, or over projected configurations for the "

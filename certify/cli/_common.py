@@ -7,6 +7,7 @@ import math
 import sys
 
 from .._certify import Report
+from .._errors import CertifyError, InvalidInputError
 from ..attention import AttentionWeights
 from ..bounds import dp_witness
 from ..report import format_table, format_value, write_json
@@ -34,6 +35,30 @@ def positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text!r}")
+    return value
+
+
+def load_center(path: str) -> "torch.Tensor":
+    """An input X0 of shape (N, D) from a .npy file (no pickles) or a .pt file holding one tensor
+    (``weights_only=True``); shape, dtype and NaN are checked against the layer by `certify_layer`."""
+    import numpy as np
+    import torch
+
+    try:
+        if path.endswith(".npy"):
+            value = np.load(path, allow_pickle=False)
+        elif path.endswith(".pt") or path.endswith(".pth"):
+            value = torch.load(path, map_location="cpu", weights_only=True)
+        else:
+            raise InvalidInputError(f"--center {path!r}: expected a .npy or .pt file")
+    except CertifyError:
+        raise
+    except Exception as error:  # unreadable file: say which, never a traceback
+        raise InvalidInputError(f"--center {path!r} could not be read: {error}") from None
+    if isinstance(value, np.ndarray):
+        return value
+    if not isinstance(value, torch.Tensor):
+        raise InvalidInputError(f"--center {path!r} must hold one tensor of shape (N, D), got {type(value).__name__}")
     return value
 
 
