@@ -16,3 +16,11 @@ from ._language_model import (
 )
 from ._ptb import CharCorpus as CharCorpus, default_data_dir as default_data_dir, load_ptb as load_ptb, tiny_corpus as tiny_corpus
 from ._classifier import (ClassifierTask as ClassifierTask, ToyClassifier as ToyClassifier, classifier_batch as classifier_batch, load_classifier as load_classifier, save_classifier as save_classifier, train_classifier as train_classifier)
+from ._vision import (
+    DigitsTransformer as DigitsTransformer,
+    VisionResult as VisionResult,
+    attention_inputs as attention_inputs,
+    attention_layer as attention_layer,
+    layer_norm_radius as layer_norm_radius,
+    train_digits_transformer as train_digits_transformer,
+)
