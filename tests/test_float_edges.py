@@ -161,3 +161,87 @@ def test_float32_layer_inverted_in_float64_meets_1e_9():
     result = invert(layer, Y, 1e-9, "inf", dtype=F64)
     true = float((result.X - float64_inverse(layer.attention_weights(), Y)).abs().max())
     assert result.X.dtype == F64 and result.converged and true <= result.error_bound <= 1e-9
+
+
+# ---- guard it for good: weight scales from 1e-300 to 1e300 in both dtypes ------------------------------------------
+
+EXPONENT_RANGE = {F64: 300.0, torch.float32: 36.0}
+"""|log10 scale| of a weight tensor: float64 reaches 1e+-300 (products then leave the float64 range both ways);
+float32 reaches 1e+-36 (entries up to 3e36 stay below its 3.4e38)."""
+
+
+def _unit(shape, generator) -> torch.Tensor:
+    return torch.randn(*shape, generator=generator, dtype=F64)
+
+
+@st.composite
+def scaled_layers(draw, kind: str, dtype: torch.dtype):
+    """(weights, N, norm, radius, witness X as mpmath numbers): unit Gaussian weights times 10^e with an independent
+    e per tensor, or (half the cases) with e_O chosen so that the Lipschitz constant, not its factors, lies within
+    1e+-150 (where underflow of an intermediate used to give 5e-324); the witness is the best of 16 random configurations for the unit layer, rescaled to
+    the layer (X = Z / s_Q for L2; tokens of norm t <= R with t^2 s_Q s_K <= 1 for DP)."""
+    top = EXPONENT_RANGE[dtype]
+    H, d, D, N = draw(st.integers(1, 2)), draw(st.integers(1, 2)), draw(st.integers(1, 2)), draw(st.integers(1, 3))
+    norm = draw(st.sampled_from(["2", "inf"]))
+    g = torch.Generator().manual_seed(draw(st.integers(0, 2**20)))
+    e = {n: draw(st.floats(-top, top)) for n in ("Q", "K", "V", "O")}
+    if draw(st.booleans()):  # balanced: W^O makes up for the others, so the constant lies well within the range
+        others = e["V"] + (2 * e["Q"] if kind == "l2" else 0.0)
+        e["O"] = min(top, max(-top, draw(st.floats(-top / 2, top / 2)) - others))
+    unit = {"Q": _unit((H, D, d), g), "K": _unit((H, D, d), g), "V": _unit((H, D, d), g), "O": _unit((H * d, D), g)}
+    scaled = {n: (unit[n] * 10.0 ** e[n]).to(dtype) for n in unit}
+    radius = None
+    biases = {}
+    if kind == "l2":
+        w = AttentionWeights("l2", scaled["Q"], scaled["Q"], scaled["V"], scaled["O"])
+        effective = AttentionWeights("l2", unit["Q"], unit["Q"], unit["V"], unit["O"])
+        t = mpmath.power(10, -e["Q"])
+        Z = torch.randn(16, N, D, generator=g, dtype=F64)
+    else:
+        radius = 10.0 ** draw(st.floats(-top / 3, top / 3))
+        if draw(st.booleans()):
+            biases = {n: (_unit((H, d), g) * 10.0 ** draw(st.floats(-min(top, 60), min(top, 60)))).to(dtype)
+                      for n in ("b_Q", "b_K")}
+        w = AttentionWeights("dp", scaled["Q"], scaled["K"], scaled["V"], scaled["O"], **biases)
+        t = min(mpmath.mpf(radius), mpmath.power(10, -(e["Q"] + e["K"]) / 2))
+        c = float(t * mpmath.power(10, (e["Q"] + e["K"]) / 2))  # logit scale of the unit layer, <= 1
+        effective = AttentionWeights("dp", unit["Q"] * math.sqrt(c), unit["K"] * math.sqrt(c), unit["V"], unit["O"])
+        Z = torch.randn(16, N, D, generator=g, dtype=F64)
+        Z = Z / Z.norm(dim=-1, keepdim=True).clamp_min(1e-3) * 0.999  # tokens on the sphere of radius 0.999
+    best = int(jacobian_norm(jacobian(Z, effective), norm).argmax())
+    X = [[mpmath.mpf(float(z)) * t for z in row] for row in Z[best].tolist()]
+    return w, N, norm, radius, X
+
+
+def check_scaled(method, case) -> None:
+    """Certified >= attained at the witness (mpmath), or a CertifyError; counts go to hypothesis events."""
+    w, N, norm, radius, X = case
+    try:
+        value = (method(w, N, norm) if radius is None else method(w, N, radius, norm)).value
+    except CertifyError as error:
+        assert "float64" in str(error)
+        beyond = exact_jacobian_norm(X, w, norm) > mpmath.mpf(np.finfo(np.float64).max)
+        event(f"refused ({type(error).__name__}), attained {'beyond' if beyond else 'within'} the float64 range")
+        return
+    attained = exact_jacobian_norm(X, w, norm)
+    assert mpmath.mpf(value) >= attained, (value, attained)
+    assert math.isfinite(value) and value > 0
+    event("certified >= attained")
+
+
+@pytest.mark.parametrize("dtype", [F64, torch.float32], ids=["float64", "float32"])
+@given(data=st.data())
+def test_scale_fuzz_paper(dtype, data):
+    check_scaled(paper_bound, data.draw(scaled_layers("l2", dtype)))
+
+
+@pytest.mark.parametrize("dtype", [F64, torch.float32], ids=["float64", "float32"])
+@given(data=st.data())
+def test_scale_fuzz_factorised(dtype, data):
+    check_scaled(factorised_bound, data.draw(scaled_layers("l2", dtype)))
+
+
+@pytest.mark.parametrize("dtype", [F64, torch.float32], ids=["float64", "float32"])
+@given(data=st.data())
+def test_scale_fuzz_castin(dtype, data):
+    check_scaled(castin_bound, data.draw(scaled_layers("dp", dtype)))
