@@ -18,6 +18,7 @@ from hypothesis import event, given, strategies as st
 from certify import AttentionWeights, CertifyError, ContractiveL2MultiheadAttention, NotLipschitzError, certify_layer
 from certify.attention import attention
 from certify.bounds import castin_bound, factorised_bound, paper_bound
+from certify.bounds._local_structured import product_norm_upper
 from certify.cli import main
 from certify.invertible import contraction_certificate, invert
 from certify.jacobian import jacobian, jacobian_norm
@@ -87,6 +88,25 @@ def test_underflow_no_longer_certifies_a_contraction():
         contraction_certificate(w, 2, "2")
     with pytest.raises(NotLipschitzError, match="not certified invertible"):
         invert(w, torch.tensor([[[0.0], [1.4e90]]], dtype=F64), 1e-6, "2")
+
+
+@pytest.mark.parametrize("method", ["bnb", "sdp"])
+def test_local_branch_and_bound_survives_an_underflowing_weight_product(method):
+    """Tied L2, W^Q = 1e90, W^V = W^O = 1e-170, tokens in Ball(2e-90): W^V W^O = 1e-340 underflowed inside the
+    interval enclosure and was then multiplied by W^Q W^Q^T = 1e180; bnb certified 2e-300 against 1.6016e-160."""
+    w = scalar_layer("l2", 1e90, 1e-170, 1e-170)
+    attained = exact_jacobian_norm([[0], [WITNESS_N2 * mpmath.mpf(1e-90)]], w, "2")
+    assert attained > mpmath.mpf("1.6016e-160")
+    report = certify_layer(w, 2, "2", radius=2e-90, methods=[method], lower=False, time_budget=1.0)
+    assert attained <= report.certificates[0].value < 10 * attained
+
+
+def test_weight_product_norm_survives_underflow():
+    """||W^O^T W^V^T W^Q W^Q^T|| with W^O = W^V = 1e-170, W^Q = 1e90: the partial product 1e-340 underflowed, and
+    only norm2_upper's absolute terms kept the old bound valid (4.9e-144, 1e16 times the exact 1e-160)."""
+    one = lambda x: np.array([[x]])  # noqa: E731
+    exact = mpmath.mpf(1e-170) ** 2 * mpmath.mpf(1e90) ** 2
+    assert exact <= product_norm_upper(one(1e-170), one(1e-170), one(1e90), one(1e90)) <= exact * (1 + 1e-8)
 
 
 # ---- item 1: overflow is a clear refusal, never a crash ------------------------------------------------------------

@@ -100,9 +100,9 @@ its squares and products of a few such terms stay far below the float64 limit of
 
 def check_float64_range(weights: AttentionWeights, N: int, domain: Domain) -> None:
     """Refuse (InvalidInputError) a layer and domain whose magnitudes could overflow float64 in the interval
-    enclosures: every token norm bound R, weight norm, logit scale max(1, R)^2 ||W^Q_h|| ||W^K_h|| and Jacobian
+    enclosures: every token norm bound R, weight norm, logit scale R^2 ||W^Q_h|| ||W^K_h|| and Jacobian
     scale ||W^O|| ||W^V|| max(1, ||W^Q|| ||W^K||) (1 + 4 N logit scale) must be <= 2^300 (`Scaled`, so this check
-    cannot overflow itself)."""
+    cannot overflow itself); a product of three such numbers stays below 2^900 < 2^1024."""
     if isinstance(domain, Ball):
         R = Scaled.of(domain.radius)
     else:
@@ -121,7 +121,7 @@ def check_float64_range(weights: AttentionWeights, N: int, domain: Domain) -> No
         "W^O": scaled_norm(weights.W_O, "2"),
     }
     query_key = norms["W^Q"] * norms["W^K"]
-    logits = Scaled.max([one, R]) ** 2 * query_key
+    logits = R**2 * query_key
     jacobian_scale = norms["W^O"] * norms["W^V"] * Scaled.max([one, query_key]) * (one + logits * float(4 * N))
     for name, value in {"the token norm bound R": R, **{f"||{k}||": v for k, v in norms.items()},
                         "the logit scale R^2 ||W^Q|| ||W^K||": logits, "the Jacobian scale": jacobian_scale}.items():
