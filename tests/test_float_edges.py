@@ -198,8 +198,9 @@ def _unit(shape, generator) -> torch.Tensor:
 def scaled_layers(draw, kind: str, dtype: torch.dtype):
     """(weights, N, norm, radius, witness X as mpmath numbers): unit Gaussian weights times 10^e with an independent
     e per tensor, or (half the cases) with e_O chosen so that the Lipschitz constant, not its factors, lies within
-    1e+-150 (where underflow of an intermediate used to give 5e-324); the witness is the best of 16 random configurations for the unit layer, rescaled to
-    the layer (X = Z / s_Q for L2; tokens of norm t <= R with t^2 s_Q s_K <= 1 for DP)."""
+    1e+-150 (where underflow of an intermediate used to give 5e-324); the witness is the best of 16 random
+    configurations for the unit layer, rescaled to the layer (X = Z / s_Q for L2; tokens of norm t <= R with
+    t^2 s_Q s_K <= 1 for DP)."""
     top = EXPONENT_RANGE[dtype]
     H, d, D, N = draw(st.integers(1, 2)), draw(st.integers(1, 2)), draw(st.integers(1, 2)), draw(st.integers(1, 3))
     norm = draw(st.sampled_from(["2", "inf"]))

@@ -58,7 +58,8 @@ def global_bnb_bound(weights: AttentionWeights, N: int, norm: str, time_budget: 
         constant, source = shipped.value, shipped.source + (" (search interrupted)" if result is None else "")
     left, right = factorised_weight_factors(weights, norm)
     return Certificate(
-        value=(left * constant * right).round_up("the branch-and-bound bound"), kind="upper", certified=True, method="bnb", scope=Global().scope,
+        value=(left * constant * right).round_up("the branch-and-bound bound"), kind="upper", certified=True,
+        method="bnb", scope=Global().scope,
         norm=norm, seconds=time.perf_counter() - start,
         message=f"||G|| c_{norm}(N, d) ||V|| with c from the {source} (proofs/tail_bound.py)",
         details={"constant": constant, "constant_source": source,

@@ -67,5 +67,6 @@ def factorised_bound(weights: AttentionWeights, N: int, norm: str) -> Certificat
         value=value, kind="upper", certified=True, method="factorised",
         scope=Global().scope, norm=norm, seconds=time.perf_counter() - start,
         message=f"||G|| c_{norm}(N, d) ||V|| (MATH.md section 2), c from the {constant.source}",
-        details={"left": float(left), "right": float(right), "constant": constant.value, "constant_source": constant.source},
+        details={"left": float(left), "right": float(right), "constant": constant.value,
+                 "constant_source": constant.source},
     )

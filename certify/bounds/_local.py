@@ -34,7 +34,7 @@ from ..attention import AttentionWeights, check_tokens
 from ..interval import Interval
 from ..jacobian import check_norm, jacobian, jacobian_norm
 from ..sdp import MatrixEnclosure, SDPFallbackWarning, baseline_bound, enclosure_norm, inf_norm_bound, magnitude_bound
-from ._rounding import Scaled, round_up, scaled_norm
+from ._rounding import Scaled, scaled_norm
 from ._local_domain import initial_box, shrink, split
 from ._local_enclosure import jacobian_enclosure, mean_value_enclosure, numpy_weights
 from ._local_structured import dp_structured_bound, l2_structured_bound, structured_constants

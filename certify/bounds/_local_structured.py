@@ -100,7 +100,8 @@ def structured_constants(w: _Weights) -> StructuredConstants:
         V.append(norm2_upper(WV))
         if w.kind == "dp":
             B.append(float(round_up(product_norm_upper(WK, WQ.T) * inv_sqrt_d)))
-            KbQ.append(0.0 if w.b_Q is None else float(round_up(product_norm_upper(WK, w.b_Q[h][:, None]) * inv_sqrt_d)))
+            KbQ.append(0.0 if w.b_Q is None
+                       else float(round_up(product_norm_upper(WK, w.b_Q[h][:, None]) * inv_sqrt_d)))
             G.append(0.0)
             Q.append(0.0)
         else:

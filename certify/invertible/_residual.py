@@ -5,7 +5,8 @@ F(X) is evaluated in outward-rounded interval arithmetic (`certify.interval`, an
 the local enclosures) from exact float64 copies of X, Y and the weights (float32 -> float64 is exact), so the
 interval contains the exact real F(X) for the weights as stored:
 
-    Y_h = X W^Q_h,  P^h = softmax(-||y_i - y_j||^2 / sqrt(d)),  F(X) = sum_h P^h (X W^Q_h W^Q_h^T W^V_h / sqrt(d)) W^O_h.
+    y_i = W^Q_h^T x_i,  P^h_ij = softmax_j(-||y_i - y_j||^2 / sqrt(d)),
+    F(X) = sum_h P^h (X W^Q_h W^Q_h^T W^V_h / sqrt(d)) W^O_h (+ b^O).
 
 With T(X) = Y - F(X) an L-contraction and X* = T(X*), ||X - X*|| <= ||X - T(X)|| + ||T(X) - T(X*)||, so
 
