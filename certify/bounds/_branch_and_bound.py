@@ -22,7 +22,6 @@ from ._factorised import factorised_weight_factors
 from ._global_l2 import global_l2_constant
 from ._local import local_bound
 from ._paper import require_global_lipschitz
-from ._rounding import round_up
 from ._universal import certified_table, universal_constant
 
 GLOBAL_MAX_TOKENS = {1: 6, 2: 4}
@@ -59,7 +58,8 @@ def global_bnb_bound(weights: AttentionWeights, N: int, norm: str, time_budget: 
         constant, source = shipped.value, shipped.source + (" (search interrupted)" if result is None else "")
     left, right = factorised_weight_factors(weights, norm)
     return Certificate(
-        value=round_up(left * constant * right), kind="upper", certified=True, method="bnb", scope=Global().scope,
+        value=(left * constant * right).round_up("the branch-and-bound bound"), kind="upper", certified=True,
+        method="bnb", scope=Global().scope,
         norm=norm, seconds=time.perf_counter() - start,
         message=f"||G|| c_{norm}(N, d) ||V|| with c from the {source} (proofs/tail_bound.py)",
         details={"constant": constant, "constant_source": source,

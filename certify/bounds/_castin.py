@@ -23,36 +23,47 @@ from .._errors import InvalidInputError
 from .._result import Certificate
 from ..attention import AttentionWeights, check_tokens
 from ..jacobian import check_norm
-from ._rounding import norm_2, round_up
+from ._rounding import Scaled, chain_product, matrix_norms, power_of_two_scaled, scaled_norm
 
 
 def _augmented(W: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
-    return W if b is None else torch.cat([W, b[None, :]], dim=0)
+    """[W; b^T] per head: (H, D, d) -> (H, D + 1, d) (or W itself without a bias)."""
+    return W if b is None else torch.cat([W, b[:, None, :]], dim=1)
 
 
 def castin_bound(weights: AttentionWeights, N: int, radius: float, norm: str = "2") -> Certificate:
-    """Certified Castin et al. bound on Lip_norm(F) with every token in the ball of radius R."""
+    """Certified Castin et al. bound on Lip_norm(F) with every token in the ball of radius R.
+
+    Evaluated on power-of-two scaled weights in `Scaled` arithmetic (`_rounding`): no product of norms can
+    underflow to 0 or overflow; a bound beyond the float64 range is refused with InvalidInputError.
+    """
     start = time.perf_counter()
     check_tokens(N)
     check_norm(norm)
     domain = Ball(radius)
     if weights.kind != "dp":
         raise InvalidInputError(f"Castin et al.'s bound is for dot-product attention, got kind {weights.kind!r}")
-    w = weights.to(torch.float64, "cpu")
-    has_bias = w.b_Q is not None or w.b_K is not None
-    R = math.sqrt(radius**2 + 1) if has_bias else radius
-    squares = 0.0
-    for h in range(w.H):
-        b_Q = None if w.b_Q is None else w.b_Q[h]
-        b_K = None if w.b_K is None else w.b_K[h]
-        A = _augmented(w.W_Q[h], b_Q) @ _augmented(w.W_K[h], b_K).T / math.sqrt(w.d)
-        squares += 3 * norm_2(w.W_V[h]) ** 2 * (norm_2(A) ** 2 * R**4 * (4 * N + 1) + N)
-    value = norm_2(w.W_O) * math.sqrt(squares)
+    has_bias = weights.b_Q is not None or weights.b_K is not None
+    R = Scaled.of(radius)
+    if has_bias:
+        R = (R**2 + 1.0).sqrt()
+    Q, kq = power_of_two_scaled(_augmented(weights.W_Q, weights.b_Q))
+    K, kk = power_of_two_scaled(_augmented(weights.W_K, weights.b_K))
+    V, kv = power_of_two_scaled(weights.W_V)
+    A, errors = chain_product([Q, K.swapaxes(1, 2)])  # 2^-(kq + kk) [W^Q; b^Q^T][W^K; b^K^T]^T per head
+    A_norms = matrix_norms(A, "2") + errors
+    inverse_root_d = 1.0 / math.sqrt(weights.d)
+    squares = Scaled.sum(
+        Scaled.of(float(v), kv) ** 2 * 3.0
+        * ((Scaled.of(float(a), kq + kk) * inverse_root_d) ** 2 * R**4 * float(4 * N + 1) + float(N))
+        for a, v in zip(A_norms, matrix_norms(V, "2"))
+    )
+    value = scaled_norm(weights.W_O, "2") * squares.sqrt()
     if norm == "inf":
-        value *= math.sqrt(N * w.D)
+        value = value * math.sqrt(N * weights.D)
     return Certificate(
-        value=round_up(value), kind="upper", certified=True, method="castin", scope=domain.scope, norm=norm,
-        seconds=time.perf_counter() - start,
+        value=value.round_up("the Castin et al. bound"), kind="upper", certified=True, method="castin",
+        scope=domain.scope, norm=norm, seconds=time.perf_counter() - start,
         message="Castin, Ablin & Peyre 2024 (MATH.md section 7)" + (", times sqrt(N D) for the inf-norm" if norm == "inf" else ""),
-        details={"effective_radius": R},
+        details={"effective_radius": float(R)},
     )

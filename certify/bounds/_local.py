@@ -34,7 +34,7 @@ from ..attention import AttentionWeights, check_tokens
 from ..interval import Interval
 from ..jacobian import check_norm, jacobian, jacobian_norm
 from ..sdp import MatrixEnclosure, SDPFallbackWarning, baseline_bound, enclosure_norm, inf_norm_bound, magnitude_bound
-from ._rounding import round_up
+from ._rounding import Scaled, scaled_norm
 from ._local_domain import initial_box, shrink, split
 from ._local_enclosure import jacobian_enclosure, mean_value_enclosure, numpy_weights
 from ._local_structured import dp_structured_bound, l2_structured_bound, structured_constants
@@ -93,6 +93,45 @@ def _project(X: np.ndarray, domain: Domain) -> np.ndarray:
     return X0 + delta * np.minimum(1.0, 0.999999 * domain.eps / np.maximum(norms, 1e-300))
 
 
+RANGE_LIMIT = Scaled.of(1.0, 300)
+"""Largest radius, weight norm, logit scale or Jacobian scale the float64 branch and bound accepts (2^300 ~ 2e90):
+its squares and products of a few such terms stay far below the float64 limit of 2^1024."""
+
+
+def check_float64_range(weights: AttentionWeights, N: int, domain: Domain) -> None:
+    """Refuse (InvalidInputError) a layer and domain whose magnitudes could overflow float64 in the interval
+    enclosures: every token norm bound R, weight norm, logit scale R^2 ||W^Q_h|| ||W^K_h|| and Jacobian
+    scale ||W^O|| ||W^V|| max(1, ||W^Q|| ||W^K||) (1 + 4 N logit scale) must be <= 2^300 (`Scaled`, so this check
+    cannot overflow itself); a product of three such numbers stays below 2^900 < 2^1024."""
+    if isinstance(domain, Ball):
+        R = Scaled.of(domain.radius)
+    else:
+        center = domain.center.detach().to(torch.float64)
+        move = domain.eps * (math.sqrt(weights.D) if domain.p == "inf" else 1.0)
+        R = Scaled.of(float(center.abs().max())) * math.sqrt(weights.D) + Scaled.of(move)
+    one = Scaled.of(1.0)
+
+    def augmented(W: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+        return W if b is None else torch.cat([W, b[:, None, :]], dim=1)
+
+    norms = {
+        "W^Q": Scaled.max(scaled_norm(M, "2") for M in augmented(weights.W_Q, weights.b_Q)),
+        "W^K": Scaled.max(scaled_norm(M, "2") for M in augmented(weights.W_K, weights.b_K)),
+        "W^V": scaled_norm(weights.W_V.reshape(-1, weights.d), "2"),
+        "W^O": scaled_norm(weights.W_O, "2"),
+    }
+    query_key = norms["W^Q"] * norms["W^K"]
+    logits = R**2 * query_key
+    jacobian_scale = norms["W^O"] * norms["W^V"] * Scaled.max([one, query_key]) * (one + logits * float(4 * N))
+    for name, value in {"the token norm bound R": R, **{f"||{k}||": v for k, v in norms.items()},
+                        "the logit scale R^2 ||W^Q|| ||W^K||": logits, "the Jacobian scale": jacobian_scale}.items():
+        if Scaled.max([value, RANGE_LIMIT]) is not RANGE_LIMIT:
+            raise InvalidInputError(
+                f"{name} is about {float(value):.3g} > 2^300 ~ 2e90: the local branch and bound in float64 "
+                "could overflow; rescale the layer or the domain (Lip(c F) = c Lip(F))"
+            )
+
+
 def local_bound(
     weights: AttentionWeights,
     N: int,
@@ -145,6 +184,7 @@ def local_bound(
         raise InvalidInputError(f"time_budget must be positive, got {time_budget!r}")
     if tolerance < 1:
         raise InvalidInputError(f"tolerance must be >= 1, got {tolerance!r}")
+    check_float64_range(weights, N, domain)
     w64 = weights.to(torch.float64, "cpu")
     nw = numpy_weights(w64)
     D = w64.D
@@ -260,6 +300,8 @@ def local_bound(
     upper = -heap[0][0] if heap else 0.0
     if not heap:
         stopped = "exhausted"
+    if not math.isfinite(upper):
+        raise InvalidInputError(f"the local branch and bound ended at {upper}: float64 overflowed for this layer")
     ratio = upper / best_lower if best_lower > 0 else math.inf
     return Certificate(
         value=float(upper),

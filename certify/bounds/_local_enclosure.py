@@ -26,7 +26,7 @@ import numpy as np
 
 from ..attention import AttentionWeights
 from ..interval import Interval, clip_nonnegative, exp, intersect, isum, reciprocal, round_down, round_up, square
-from ..sdp._floating import gamma
+from ..sdp._floating import ETA, gamma
 from ._local_dual import Dual, d_exp, d_intersect, d_isum, d_reciprocal, d_square, d_where_zero
 
 
@@ -35,8 +35,22 @@ def const(x: float) -> Interval:
     return Interval(round_down(x * (1 - 1e-15)), round_up(x * (1 + 1e-15))) if x >= 0 else -const(-x)
 
 
+def _scale_down(array: np.ndarray) -> int:
+    """k with max |array| 2^-k in [1/2, 1) (0 for an all-zero or non-finite array)."""
+    top = float(np.max(np.abs(array))) if array.size else 0.0
+    return math.frexp(top)[1] if 0 < top < math.inf else 0
+
+
 def point_einsum(subscripts: str, x: Interval, *points: np.ndarray) -> Interval:
-    """einsum(subscripts, x, *points) for an interval x and exact float arrays, rounded outward (docstring)."""
+    """einsum(subscripts, x, *points) for an interval x and exact float arrays, rounded outward (docstring).
+
+    Every factor is first scaled by a power of two to a largest magnitude in [1/2, 1): the point arrays exactly
+    up to entries that become subnormal (moved by <= eta / 2), the interval outward by eta. Then every term is a
+    product of factors <= 1, so an underflow anywhere moves it by at most eta / 2 and is never amplified by a
+    later factor, and the K 1e-300 absolute term covers it; the result is scaled back by 2^(sum of the
+    exponents), with one eta more for that rounding. (Without the scaling, W_V W_O = 1e-340 underflowed to 0
+    and was then multiplied by W_Q W_Q^T = 1e180: the enclosure missed a Jacobian of 1.6e-160.)
+    """
     inputs, output = subscripts.split("->")
     operands = inputs.split(",")
     sizes: dict[str, int] = {}
@@ -45,15 +59,21 @@ def point_einsum(subscripts: str, x: Interval, *points: np.ndarray) -> Interval:
             sizes[letter] = size
     K = int(np.prod([sizes[c] for c in sizes if c not in output])) if sizes else 1
     g = gamma(2 * (K + len(points)) + 4)
-    mid = 0.5 * x.lo + 0.5 * x.hi
-    mid = np.clip(mid, x.lo, x.hi)
-    rad = round_up(np.maximum(x.hi - mid, mid - x.lo))
+    exponents = [_scale_down(np.maximum(np.abs(x.lo), np.abs(x.hi)))] + [_scale_down(p) for p in points]
+    with np.errstate(under="ignore"):
+        lo, hi = np.ldexp(x.lo, -exponents[0]) - ETA, np.ldexp(x.hi, -exponents[0]) + ETA
+        points = tuple(np.ldexp(p, -k) for p, k in zip(points, exponents[1:]))
+    mid = 0.5 * lo + 0.5 * hi
+    mid = np.clip(mid, lo, hi)
+    rad = round_up(np.maximum(hi - mid, mid - lo))
     abs_points = [np.abs(p) for p in points]
-    with np.errstate(over="ignore", invalid="ignore"):
+    total = sum(exponents)
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
         c = np.einsum(subscripts, mid, *points, optimize=True)
         r = np.einsum(subscripts, rad, *abs_points, optimize=True)
         m = np.einsum(subscripts, np.abs(mid), *abs_points, optimize=True)
         radius = round_up(round_up(r * (1 + g)) + round_up(g * m * (1 + g)) + K * 1e-300)
+        c, radius = np.ldexp(c, total), round_up(np.ldexp(radius, total)) + ETA
     return Interval(round_down(c - radius), round_up(c + radius))
 
 

@@ -44,29 +44,38 @@ import math
 import numpy as np
 
 from ..interval import Interval, isum
-from ..sdp._floating import gamma, norm2_upper, up
+from ..sdp._floating import ETA, gamma, norm2_upper, up
 from ._lambert import phi_inverse
 from ._local_enclosure import _Weights, dp_scores, l2_scores, point_einsum_any, token_differences
-from ._rounding import round_up
+from ._rounding import Scaled, power_of_two_scaled, round_up
 
 
 def product_norm_upper(*matrices: np.ndarray) -> float:
     """Proven upper bound on ||M_1 M_2 ... M_k||_2 (float64 inputs taken as exact).
 
-    fl(A B) = A B + E with |E| <= gamma_n |A| |B|; applied left to right, with the error terms carried as
-    nonnegative matrices and their norms bounded by `norm2_upper` (also a bound for the exact |.| products, up to
-    the same gamma factor, which the final 1e-9 margin covers).
+    Each M_i = 2^(k_i) M_hat_i with max |M_hat_i| in [1/2, 1) (`_rounding.power_of_two_scaled`, exact unless an
+    entry spans more than ~2^1000 below the largest, which moves it by at most eta / 2 and is covered by the
+    underflow term below), so nothing overflows and the product of the M_hat_i is formed at a safe scale.
+    fl(A B) = A B + E with |E| <= gamma_n |A| |B| + n eta / 2 entrywise (gradual underflow: each product may lose
+    eta / 2, sums of subnormals are exact); applied left to right, with the error terms carried as nonnegative
+    matrices and their norms bounded by `norm2_upper` (also a bound for the exact |.| products, up to the same
+    gamma factor, which the final 1e-9 margin covers) plus sqrt(rows cols) n eta for both underflows. The result
+    is 2^(sum k_i) times that bound, rounded up by `Scaled.round_up` (never 0 or a subnormal too small, never
+    inf: beyond float64 it raises InvalidInputError).
     """
-    product = matrices[0]
-    magnitude = np.abs(matrices[0])
-    error = 0.0  # bound on ||exact prefix - product||, as a norm
-    for M in matrices[1:]:
+    scaled = [power_of_two_scaled(M) for M in matrices]
+    product = scaled[0][0]
+    magnitude = np.abs(product)
+    error = 0.0  # bound on ||exact prefix - product||, as a norm, in the scaled units
+    for M, _ in scaled[1:]:
         n = M.shape[0]
         g = gamma(n + 2)
-        error = up(error * norm2_upper(M) + g * norm2_upper(magnitude @ np.abs(M)) * (1 + g))
+        underflow = up(2.0 * math.sqrt(product.shape[0] * M.shape[1]) * n * ETA)
+        error = up(error * norm2_upper(M) + g * norm2_upper(magnitude @ np.abs(M)) * (1 + g) + underflow)
         product = product @ M
         magnitude = magnitude @ np.abs(M)
-    return float(round_up(norm2_upper(product) + error))
+    exponent = sum(k for _, k in scaled)
+    return Scaled.of(float(up(norm2_upper(product) + error)), exponent).round_up("a weight-product norm")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,7 +100,8 @@ def structured_constants(w: _Weights) -> StructuredConstants:
         V.append(norm2_upper(WV))
         if w.kind == "dp":
             B.append(float(round_up(product_norm_upper(WK, WQ.T) * inv_sqrt_d)))
-            KbQ.append(0.0 if w.b_Q is None else float(round_up(norm2_upper(WK @ w.b_Q[h][:, None]) * inv_sqrt_d)))
+            KbQ.append(0.0 if w.b_Q is None
+                       else float(round_up(product_norm_upper(WK, w.b_Q[h][:, None]) * inv_sqrt_d)))
             G.append(0.0)
             Q.append(0.0)
         else:

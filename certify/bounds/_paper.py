@@ -21,7 +21,7 @@ from .._result import Certificate
 from ..attention import AttentionWeights, check_tokens
 from ..jacobian import check_norm
 from ._lambert import phi_inverse
-from ._rounding import round_up
+from ._rounding import Scaled, matrix_norms, power_of_two_scaled
 
 THEOREM_3_1 = (
     "dot-product attention is not Lipschitz on R^(N x D) (Theorem 3.1, MATH.md section 3): its Jacobian grows "
@@ -75,17 +75,35 @@ def paper_bound_tensor(weights: AttentionWeights, N: int, norm: str = "inf") -> 
     return paper_constant(N, weights.d, norm) * paper_weight_factor(weights, norm)
 
 
+def scaled_weight_factor(weights: AttentionWeights, norm: str) -> Scaled:
+    """The weight factor of Theorem 3.2 as a `Scaled` upper bound (up to the margin), from power-of-two scaled
+    weights, so that ||W^Q||^4 of tiny or huge weights neither underflows nor overflows (`_rounding`)."""
+    Q, kq = power_of_two_scaled(weights.W_Q)
+    V, kv = power_of_two_scaled(weights.W_V)
+    O, ko = power_of_two_scaled(weights.W_O)
+    if norm == "inf":
+        q = matrix_norms(Q, "inf")
+        qt = matrix_norms(Q.swapaxes(1, 2), "inf")
+        query = Scaled.max(Scaled.of(float(a), kq) * Scaled.of(float(b), kq) for a, b in zip(q, qt))
+        value = Scaled.max(Scaled.of(float(a), kv) for a in matrix_norms(V.swapaxes(1, 2), "inf"))
+        return Scaled.of(float(matrix_norms(O.T, "inf")), ko) * query * value
+    heads = Scaled.sum(Scaled.of(float(q), kq) ** 4 * Scaled.of(float(v), kv) ** 2
+                       for q, v in zip(matrix_norms(Q, "2"), matrix_norms(V, "2")))
+    return heads.sqrt() * Scaled.of(float(matrix_norms(O, "2")), ko)
+
+
 def paper_bound(weights: AttentionWeights, N: int, norm: str) -> Certificate:
     """Certified Theorem 3.2 bound on Lip_norm(F) over R^{N x D} for tied L2 attention."""
     start = time.perf_counter()
     check_tokens(N)
     check_norm(norm)
     require_global_lipschitz(weights)
-    factor = float(paper_weight_factor(weights.to(torch.float64, "cpu"), norm))
-    value = round_up(paper_constant(N, weights.d, norm) * factor)
+    factor = scaled_weight_factor(weights, norm)
+    value = (factor * paper_constant(N, weights.d, norm)).round_up("the Theorem 3.2 bound")
     return Certificate(
         value=value, kind="upper", certified=True, method="paper", scope=Global().scope, norm=norm,
         seconds=time.perf_counter() - start,
-        message="Theorem 3.2 (Kim et al. 2021), MATH.md section 4; float64 with a 1e-9 relative margin",
-        details={"phi_inverse": phi_inverse(N - 1), "weight_factor": factor},
+        message="Theorem 3.2 (Kim et al. 2021), MATH.md section 4; float64 on power-of-two scaled weights with a "
+                "1e-9 relative margin",
+        details={"phi_inverse": phi_inverse(N - 1), "weight_factor": float(factor)},
     )

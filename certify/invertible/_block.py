@@ -16,10 +16,17 @@ certified global bound that `certify_layer` proves for the layer's `attention_we
 factorised bound of MATH.md section 2) for sequences of N tokens. For a batch, norms are taken per sequence and the
 maximum over the batch is reported (both bounds hold sequence by sequence, hence for the maxima).
 
-The bounds are exact-arithmetic statements about the iteration. Evaluating F in floating point adds a perturbation
-delta of the order of the unit roundoff times ||F(X)|| per step, which moves the limit by at most delta / (1 - L):
-about 1e-15 in float64, negligible against tolerances like 1e-6; in float32 it is about 1e-7 and tolerances below
-1e-5 are not reachable. Invert in float64 when the tolerance matters.
+The a-priori and a-posteriori bounds are exact-arithmetic statements about the iteration; they steer it (when to
+stop) but are not what `invert` certifies, because F is evaluated in floating point: in float32 the iterates stall
+about 1e-7 away from X*, and the a-posteriori bound can read 0 there. The reported ``error_bound`` is instead
+
+    ||X_k - X*|| <= ||g(X_k) - Y|| / (1 - L)        (`_residual`: X_k - T(X_k) = g(X_k) - Y),
+
+with ||g(X_k) - Y|| enclosed in outward-rounded float64 interval arithmetic from the exact weights, so it holds
+for the point X_k actually returned, whatever dtype the iteration ran in. ``converged`` means this certified bound
+is <= the tolerance; when the dtype cannot reach the tolerance (e.g. 1e-9 in float32), ``converged`` is False and
+``message`` says so. ``dtype=torch.float64`` runs the iteration in float64 (the returned X is float64), which
+reaches tolerances near 1e-15 ||X|| for layers stored in float32 too.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from .._errors import InvalidInputError, NotLipschitzError
 from .._result import Certificate
 from ..attention import AttentionWeights, as_weights, attention as attention_map
 from ..jacobian import check_norm
+from ._residual import residual_upper
 
 CERTIFIED_METHODS: tuple[str, ...] = ("paper", "factorised")
 
@@ -97,9 +105,10 @@ class Inverse:
     lipschitz: float  # the certified L used
     norm: str
     tolerance: float
-    error_bound: float  # min(a priori, a posteriori) at the last step: ||X - g^{-1}(Y)|| <= error_bound
+    error_bound: float  # certified: ||g(X) - Y|| / (1 - L) >= ||X - g^{-1}(Y)|| (module docstring)
     converged: bool  # error_bound <= tolerance
-    steps: tuple[InverseStep, ...]
+    steps: tuple[InverseStep, ...]  # the exact-arithmetic estimates that steered the iteration
+    message: str = ""  # how the bound was certified, or why the tolerance was not met
 
 
 class InvertibleResidualBlock(nn.Module):
@@ -117,28 +126,37 @@ class InvertibleResidualBlock(nn.Module):
 
     @torch.no_grad()
     def inverse(self, Y: torch.Tensor, tolerance: float = 1e-6, norm: str = "inf",
-                max_iterations: int | None = None, lipschitz: float | None = None) -> Inverse:
+                max_iterations: int | None = None, lipschitz: float | None = None,
+                dtype: torch.dtype | None = None) -> Inverse:
         """X with X + F(X) = Y to within ``tolerance`` in the ``norm`` of vec(X), by fixed-point iteration."""
-        return invert(self.attention, Y, tolerance, norm, max_iterations, lipschitz)
+        return invert(self.attention, Y, tolerance, norm, max_iterations, lipschitz, dtype)
 
 
 def invert(attention: nn.Module | AttentionWeights, Y: torch.Tensor, tolerance: float = 1e-6, norm: str = "inf",
-           max_iterations: int | None = None, lipschitz: float | None = None) -> Inverse:
-    """Fixed-point inverse of g(X) = X + F(X) at Y (B, N, D) or (N, D), with the error bounds at every step.
+           max_iterations: int | None = None, lipschitz: float | None = None,
+           dtype: torch.dtype | None = None) -> Inverse:
+    """Fixed-point inverse of g(X) = X + F(X) at Y (B, N, D) or (N, D), with a certified error bound.
 
     ``lipschitz`` defaults to `contraction_certificate(attention, N, norm).value`; pass a value only if it is
-    itself a certified bound in ``norm``. Stops when the a-posteriori or a-priori bound is <= tolerance (by the
-    predicted k* at the latest), or at ``max_iterations`` (then ``converged`` is False).
+    itself a certified bound in ``norm``. The iteration stops when the a-posteriori or a-priori estimate is
+    <= tolerance (by the predicted k* at the latest), or at ``max_iterations``; then ``error_bound`` =
+    ||g(X) - Y|| / (1 - L), enclosed in interval arithmetic (module docstring), and ``converged`` says whether it
+    is <= tolerance. ``dtype`` (default: the layer's) is the dtype the iteration runs in.
     """
     check_norm(norm)
     if Y.ndim == 2:
         Y = Y.unsqueeze(0)
     if Y.ndim != 3:
         raise InvalidInputError(f"Y must have shape (B, N, D) or (N, D), got {tuple(Y.shape)}")
-    L = contraction_certificate(attention, Y.shape[1], norm).value if lipschitz is None else float(lipschitz)
+    if not tolerance > 0:
+        raise InvalidInputError(f"the tolerance must be positive, got {tolerance}")
+    weights = as_weights(attention)
+    L = contraction_certificate(weights, Y.shape[1], norm).value if lipschitz is None else float(lipschitz)
     if not 0 <= L < 1:
         raise NotLipschitzError(f"the fixed-point inverse needs a Lipschitz bound in [0, 1), got {L}")
-    F = (lambda X: attention_map(X, attention)) if isinstance(attention, AttentionWeights) else attention
+    iterated = weights if dtype is None else weights.to(dtype)
+    Y = Y.to(iterated.dtype)
+    F = lambda X: attention_map(X, iterated)  # noqa: E731
     with torch.no_grad():
         X_prev, X = Y, Y - F(Y)
         first = float(sequence_norm(X - X_prev, norm).max())
@@ -151,5 +169,17 @@ def invert(attention: nn.Module | AttentionWeights, Y: torch.Tensor, tolerance: 
             k += 1
             step = float(sequence_norm(X - X_prev, norm).max())
             steps.append(InverseStep(k, step, L**k / (1 - L) * first, L / (1 - L) * step))
-    bound = min(steps[-1].a_priori, steps[-1].a_posteriori)
-    return Inverse(X, k, k_star, L, norm, tolerance, bound, bound <= tolerance, tuple(steps))
+    gap = math.nextafter(1.0 - L, 0.0)  # <= the real 1 - L
+    bound = math.nextafter(residual_upper(weights, X, Y, norm) / gap, math.inf)
+    converged = bound <= tolerance
+    how = (f"error bound ||g(X) - Y|| / (1 - L) in float64 interval arithmetic; iteration in "
+           f"{str(iterated.dtype).replace('torch.', '')}")
+    if converged:
+        message = how
+    elif min(steps[-1].a_priori, steps[-1].a_posteriori) <= tolerance:
+        message = (f"tolerance {tolerance:g} not met: the certified error is {bound:.3g}, the accuracy "
+                   f"{str(iterated.dtype).replace('torch.', '')} evaluation of F allows; pass dtype=torch.float64 "
+                   f"to iterate in float64 ({how})")
+    else:
+        message = f"tolerance {tolerance:g} not met after {k} iterations (max_iterations); {how}"
+    return Inverse(X, k, k_star, L, norm, tolerance, bound, converged, tuple(steps), message)

@@ -54,11 +54,16 @@ def mul_up(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def _cholesky_ok(B: np.ndarray) -> bool:
-    try:
-        scipy.linalg.cholesky(B, lower=False, check_finite=True)
-    except np.linalg.LinAlgError:
+    """Whether floating-point Cholesky of B completes with a finite factor (a B or a factor that overflowed float64
+    proves nothing, so it counts as a failure and the caller falls back to a valid bound)."""
+    if not np.all(np.isfinite(B)):
         return False
-    return True
+    with np.errstate(over="ignore", invalid="ignore"):
+        try:
+            R = scipy.linalg.cholesky(B, lower=False, check_finite=False)
+        except np.linalg.LinAlgError:
+            return False
+    return bool(np.all(np.isfinite(R)))
 
 
 def lambda_min_lower(S: np.ndarray, *, attempts: int = 8) -> float:
@@ -81,7 +86,7 @@ def lambda_min_lower(S: np.ndarray, *, attempts: int = 8) -> float:
         lambda_min(S) >= -s - kappa,  kappa = gamma_{n+1}/(1 - gamma_{n+1}) tr(B) + 2 u max b_ii + underflow,
 
     evaluated with upward rounding. If Cholesky fails at every shift, the bound -||S||_inf (Gershgorin, exact up to
-    rounding, itself rounded outward) is returned, which is always valid.
+    rounding, itself rounded outward) is returned, which is always valid (-inf if that sum overflows float64).
     """
     S = np.asarray(S, dtype=np.float64)
     if S.ndim != 2 or S.shape[0] != S.shape[1]:
@@ -94,7 +99,8 @@ def lambda_min_lower(S: np.ndarray, *, attempts: int = 8) -> float:
     gershgorin = float(sum_up(np.abs(S), axis=1).max()) if n else 0.0
     if n == 0:
         return 0.0
-    scale = max(float(np.linalg.norm(S, "fro")), 1e-300)
+    with np.errstate(over="ignore"):
+        scale = max(float(np.linalg.norm(S, "fro")), 1e-300)
     guess = float(np.linalg.eigvalsh(S)[0])
     g = gamma(n + 1)
     factor = up(g / (1.0 - g))
