@@ -102,11 +102,20 @@ def write_output(args: argparse.Namespace, obj: object) -> None:
             print(f"wrote {args.json}")
 
 
+WITNESS_MAX_ND = 256  # dp_witness forms 14 dense (N D)^2 Jacobians and their norms: at most 7 MiB, well under a second
+
+
 def witness_sentence(weights: AttentionWeights, N: int, norm: str) -> str:
-    """The Theorem 3.1 witness for this layer as one sentence: ||J(t X0)|| for growing t."""
+    """The Theorem 3.1 witness for this layer as one sentence: ||J(t X0)|| for growing t.
+
+    For long sequences (N D > WITNESS_MAX_ND) the witness is shown with fewer tokens, and the sentence says so:
+    its dense Jacobians would not fit in memory (N = 10^7 asked for petabytes).
+    """
     if N < 2:
         return ""
-    witness = dp_witness(weights, max(N, 2), norm=norm)
+    shown = max(2, min(N, WITNESS_MAX_ND // weights.D))
+    witness = dp_witness(weights, shown, norm=norm)
     values = ", ".join(f"{format_value(v)} (t={t:g})" for t, v in zip(witness.scales, witness.norms))
-    return (f"For this layer, at X = t X0 (token 0 at the origin, the others at +-u) ||J||_{norm} = {values}: "
+    where = "" if shown == N else f" (shown with N = {shown} tokens: dense Jacobians for N = {N} would not fit)"
+    return (f"For this layer, at X = t X0 (token 0 at the origin, the others at +-u){where} ||J||_{norm} = {values}: "
             f"it grew {witness.growth:.3g}x.")
