@@ -13,6 +13,7 @@ import torch
 
 from ._domain import Ball, Domain, EpsBall, Global
 from ._errors import InvalidInputError
+from ._footprint import check_memory
 from ._result import Certificate
 from .adversarial import lower_bound
 from .attention import AttentionWeights, as_weights, check_tokens
@@ -127,6 +128,8 @@ def certify_layer(layer: torch.nn.Module | AttentionWeights, tokens: int | None 
         lower: also run the adversarial search for a lower bound on the same domain.
         time_budget: seconds for each searching method (branch and bound, and the adversarial lower bound);
             Ctrl-C inside a branch and bound keeps its bound.
+
+    Refuses (`InvalidInputError`, before allocating) a run whose estimated memory exceeds what is available.
     """
     weights = as_weights(layer)
     check_norm(norm)
@@ -151,6 +154,8 @@ def certify_layer(layer: torch.nn.Module | AttentionWeights, tokens: int | None 
             )
     if not chosen:
         raise InvalidInputError(f"no certified method applies to {weights.kind!r} attention on domain {domain.scope}")
+    restarts = (lower_options or {}).get("restarts", 24) if lower else None
+    check_memory([m.name for m in chosen], weights, tokens, domain, restarts)
     certificates = [m.compute(weights, tokens, norm, domain, time_budget=time_budget, progress=progress)
                     for m in chosen]
     if lower:

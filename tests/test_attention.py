@@ -155,7 +155,9 @@ def test_bad_checkpoints_are_refused_with_reasons(tmp_path):
     torch.save(_trained_like_mha().state_dict(), tmp_path / "mha.pt")
     with pytest.raises(CheckpointError, match="num_heads"):
         load_layer(tmp_path / "mha.pt")
-    assert isinstance(load_layer(tmp_path / "mha.pt", num_heads=3), DotProductMultiheadAttention)
+    with pytest.raises(CheckpointError, match="add_zero_attn"):
+        load_layer(tmp_path / "mha.pt", num_heads=3)
+    assert isinstance(load_layer(tmp_path / "mha.pt", num_heads=3, add_zero_attn=False), DotProductMultiheadAttention)
 
 
 def test_invalid_weights_are_refused_with_expected_and_actual():

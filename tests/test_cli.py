@@ -57,8 +57,8 @@ def test_multihead_attention_state_dict_with_heads_and_radius(capsys, tmp_path):
     path = tmp_path / "mha.pt"
     torch.save(torch.nn.MultiheadAttention(6, 3, batch_first=True).state_dict(), path)
     out_file = tmp_path / "mha.json"
-    code, out, err = run(capsys, "layer", path, "--heads", 3, "--tokens", 4, "--norm", "2", "--radius", 1.5,
-                         "--json", out_file, "--quiet", "--time-budget", 2)
+    code, out, err = run(capsys, "layer", path, "--heads", 3, "--add-zero-attn", "no", "--tokens", 4, "--norm", "2",
+                         "--radius", 1.5, "--json", out_file, "--quiet", "--time-budget", 2)
     assert code == 0, err
     document = json.loads(out_file.read_text())
     check_schema(document, "2")

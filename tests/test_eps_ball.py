@@ -114,8 +114,8 @@ def test_cli_centre_files(capsys, tmp_path, biased_mha):
     np.save(tmp_path / "x0.npy", X0.numpy())
     torch.save(X0, tmp_path / "x0.pt")
     for name in ("x0.npy", "x0.pt"):
-        code = main(["layer", str(tmp_path / "mha.pt"), "--heads", "2", "--norm", "2", "--center",
-                     str(tmp_path / name), "--eps", "0.01", "--eps-norm", "2", "--time-budget", "1", "--quiet",
+        code = main(["layer", str(tmp_path / "mha.pt"), "--heads", "2", "--add-zero-attn", "no", "--norm", "2",
+                     "--center", str(tmp_path / name), "--eps", "0.01", "--eps-norm", "2", "--time-budget", "1", "--quiet",
                      "--json", str(tmp_path / "out.json")])
         assert code == 0
         document = json.loads((tmp_path / "out.json").read_text())
@@ -143,7 +143,7 @@ def test_cli_bad_centres_exit_2(capsys, tmp_path, biased_mha, extra, pattern, mo
     (tmp_path / "x0.txt").write_text("0 0 0")
     torch.save({"X0": torch.zeros(3, 6)}, tmp_path / "dict.pt")
     monkeypatch.chdir(tmp_path)
-    code = main(["layer", "mha.pt", "--heads", "2", "--norm", "2", "--quiet", *extra])
+    code = main(["layer", "mha.pt", "--heads", "2", "--add-zero-attn", "no", "--norm", "2", "--quiet", *extra])
     err = capsys.readouterr().err
     assert code == 2
     assert err.startswith("certify layer: error:") and re.search(pattern, err), err

@@ -9,7 +9,8 @@ Shapes (H heads, embedding dimension D, head width d):
 ``kind`` is ``"dp"`` (dot-product), ``"l2"`` (L2 attention with tied W^K = W^Q; values X A_h W^V_h with
 A_h = W^Q_h W^Q_h^T / sqrt(d)) or ``"l2-untied"`` (W^K != W^Q; not Lipschitz, MATH.md section 1).
 
-Construction validates everything: a bad shape, NaN or Inf raises `InvalidInputError` naming expected and actual.
+Construction validates everything: a bad shape, a dtype other than float32 / float64 (complex, integer, bool, half),
+mixed dtypes, NaN or Inf raise `InvalidInputError` naming expected and actual.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import torch
 from .._errors import InvalidInputError
 
 KINDS: tuple[str, ...] = ("dp", "l2", "l2-untied")
+DTYPES: tuple[torch.dtype, ...] = (torch.float32, torch.float64)  # the dtypes certify computes with
+DTYPE_NAMES: tuple[str, ...] = ("float32", "float64")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,16 +55,20 @@ class AttentionWeights:
             bias = getattr(self, name)
             if bias is not None and tuple(bias.shape) != shape:
                 raise InvalidInputError(f"{name} must have shape {shape}, got {tuple(bias.shape)}")
-        if self.kind == "l2" and not torch.equal(self.W_K, self.W_Q):
-            raise InvalidInputError("kind 'l2' requires tied weights W_K == W_Q; use kind 'l2-untied' otherwise")
-        if self.kind != "dp" and any(getattr(self, n) is not None for n in ("b_Q", "b_K", "b_V")):
-            raise InvalidInputError("L2 attention has no query, key or value biases (only b_O)")
+        for name, tensor in self.tensors().items():
+            if tensor.dtype not in DTYPES:
+                raise InvalidInputError(f"{name} has dtype {str(tensor.dtype).replace('torch.', '')}; weights must be "
+                                        f"real floating point, {' or '.join(DTYPE_NAMES)}")
         dtypes = {t.dtype for t in self.tensors().values()}
         if len(dtypes) != 1:
             raise InvalidInputError(f"all weights must share one dtype, got {sorted(map(str, dtypes))}")
         for name, tensor in self.tensors().items():
             if not torch.isfinite(tensor).all():
                 raise InvalidInputError(f"{name} has NaN or Inf entries; no bound can be certified")
+        if self.kind == "l2" and not torch.equal(self.W_K, self.W_Q):
+            raise InvalidInputError("kind 'l2' requires tied weights W_K == W_Q; use kind 'l2-untied' otherwise")
+        if self.kind != "dp" and any(getattr(self, n) is not None for n in ("b_Q", "b_K", "b_V")):
+            raise InvalidInputError("L2 attention has no query, key or value biases (only b_O)")
 
     @property
     def H(self) -> int:

@@ -19,12 +19,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; CertifyError -> message on stderr and exit 2; Ctrl-C -> exit 130."""
+    """Run the CLI; CertifyError or MemoryError -> message on stderr and exit 2; Ctrl-C -> exit 130."""
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
     except CertifyError as error:
         print(f"certify {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except MemoryError as error:  # past the memory estimates (certify._footprint): a refusal, not a traceback
+        print(f"certify {args.command}: error: out of memory ({error or 'MemoryError'}); use fewer tokens or a "
+              "closed-form method", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"certify {args.command}: interrupted", file=sys.stderr)

@@ -10,12 +10,35 @@ from .._certify import Report
 from .._errors import CertifyError, InvalidInputError
 from ..attention import AttentionWeights
 from ..bounds import dp_witness
-from ..report import format_table, format_value, write_json
+from .._errors import CertifyError
+from ..report import check_json_path, format_table, format_value, write_json
+
+
+def json_file(text: str) -> str:
+    """--json FILE: its directory must exist (checked before any work is done; it is never created)."""
+    try:
+        return check_json_path(text)
+    except CertifyError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def add_output_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", metavar="FILE", help="also write the numbers as JSON to FILE")
+    parser.add_argument("--json", metavar="FILE", type=json_file,
+                        help="also write the numbers as JSON to FILE (its directory must exist)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def add_multihead_flags(parser: argparse.ArgumentParser) -> None:
+    """--heads and --add-zero-attn: what a torch.nn.MultiheadAttention state dict does not record."""
+    parser.add_argument("--heads", type=positive_int, help="number of heads (torch.nn.MultiheadAttention state dicts)")
+    parser.add_argument("--add-zero-attn", choices=("no", "yes"), dest="add_zero_attn",
+                        help="whether the torch.nn.MultiheadAttention had add_zero_attn=True; its state dict does "
+                             "not say, so state dicts need --add-zero-attn no ('yes' is not supported)")
+
+
+def zero_attn(args: argparse.Namespace) -> bool | None:
+    """--add-zero-attn as load_layer's add_zero_attn (None when not given)."""
+    return None if args.add_zero_attn is None else args.add_zero_attn == "yes"
 
 
 def positive_int(text: str) -> int:
@@ -79,11 +102,20 @@ def write_output(args: argparse.Namespace, obj: object) -> None:
             print(f"wrote {args.json}")
 
 
+WITNESS_MAX_ND = 256  # dp_witness forms 14 dense (N D)^2 Jacobians and their norms: at most 7 MiB, well under a second
+
+
 def witness_sentence(weights: AttentionWeights, N: int, norm: str) -> str:
-    """The Theorem 3.1 witness for this layer as one sentence: ||J(t X0)|| for growing t."""
+    """The Theorem 3.1 witness for this layer as one sentence: ||J(t X0)|| for growing t.
+
+    For long sequences (N D > WITNESS_MAX_ND) the witness is shown with fewer tokens, and the sentence says so:
+    its dense Jacobians would not fit in memory (N = 10^7 asked for petabytes).
+    """
     if N < 2:
         return ""
-    witness = dp_witness(weights, max(N, 2), norm=norm)
+    shown = max(2, min(N, WITNESS_MAX_ND // weights.D))
+    witness = dp_witness(weights, shown, norm=norm)
     values = ", ".join(f"{format_value(v)} (t={t:g})" for t, v in zip(witness.scales, witness.norms))
-    return (f"For this layer, at X = t X0 (token 0 at the origin, the others at +-u) ||J||_{norm} = {values}: "
+    where = "" if shown == N else f" (shown with N = {shown} tokens: dense Jacobians for N = {N} would not fit)"
+    return (f"For this layer, at X = t X0 (token 0 at the origin, the others at +-u){where} ||J||_{norm} = {values}: "
             f"it grew {witness.growth:.3g}x.")

@@ -14,7 +14,7 @@ import torch
 
 from .._errors import InvalidInputError
 from ..report import format_rows
-from ._common import add_output_flags, positive_float, positive_int, write_output
+from ._common import add_multihead_flags, add_output_flags, positive_float, positive_int, write_output, zero_attn
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -26,7 +26,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--tokens", "-N", type=positive_int, default=4, help="sequence length N of the centre X0")
     parser.add_argument("--input", help="the centre X0 as a torch file holding an (N, D) tensor (default: seeded "
                                         "random tokens, each of norm 1)")
-    parser.add_argument("--heads", type=positive_int, help="number of heads (torch.nn.MultiheadAttention state dicts)")
+    add_multihead_flags(parser)
     parser.add_argument("--inputs", type=positive_int, default=8, help="classifier: number of test sequences")
     parser.add_argument("--time-budget", type=positive_float, default=5.0,
                         help="seconds for each of our branch-and-bound calls (and the SDP)")
@@ -54,7 +54,7 @@ def _layer(args: argparse.Namespace) -> int:
     from ..attention import as_weights, load_layer
     from ..lirpa import compare_layer
 
-    layer = load_layer(args.checkpoint, num_heads=args.heads)
+    layer = load_layer(args.checkpoint, num_heads=args.heads, add_zero_attn=zero_attn(args))
     weights = as_weights(layer).to(torch.float64)
     X0 = _centre(args, weights.D)
     rows = []

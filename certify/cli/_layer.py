@@ -9,7 +9,8 @@ from ..attention import load_layer
 from .._errors import InvalidInputError, NotLipschitzError
 from ..bounds import METHODS
 from ..bounds._paper import THEOREM_3_1
-from ._common import add_output_flags, load_center, positive_float, positive_int, print_report, witness_sentence, write_output
+from ._common import (add_multihead_flags, add_output_flags, load_center, positive_float, positive_int,
+                      print_report, witness_sentence, write_output, zero_attn)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -25,7 +26,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--eps", type=positive_float, help="radius of the eps-ball around --center")
     parser.add_argument("--eps-norm", choices=("inf", "2"), default="inf",
                         help="norm of the eps-ball on vec(X - X0) (default inf)")
-    parser.add_argument("--heads", type=positive_int, help="number of heads (torch.nn.MultiheadAttention state dicts)")
+    add_multihead_flags(parser)
     parser.add_argument("--method", action="append", choices=[*METHODS, "all"],
                         help="certified method(s) to run (repeatable; default: every default one that applies; "
                              "'all' adds the slower sdp)")
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidInputError("give either --radius or --center/--eps, not both")
     if args.center is None and args.tokens is None:
         raise InvalidInputError("give --tokens N (or --center X0_FILE, whose rows are the tokens)")
-    layer = load_layer(args.checkpoint, num_heads=args.heads)
+    layer = load_layer(args.checkpoint, num_heads=args.heads, add_zero_attn=zero_attn(args))
     center = None if args.center is None else load_center(args.center)
     tokens = args.tokens if center is None else center.shape[0]
     if args.radius is None and center is None and layer.attention_weights().kind == "dp":
