@@ -18,6 +18,8 @@ from hypothesis import settings  # noqa: E402
 sys.path.insert(0, os.path.dirname(__file__))  # tests/problems.py
 torch.set_num_threads(_THREADS)
 settings.register_profile("certify", deadline=None, max_examples=25, derandomize=True, print_blob=True)
+# HYPOTHESIS_PROFILE=slow: bug hunting, 10x the examples of the tests that take the default count, random seeds
+settings.register_profile("slow", parent=settings.get_profile("certify"), max_examples=250, derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "certify"))
 
 
