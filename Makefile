@@ -23,8 +23,9 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/certify demo
 
+# -n auto: pytest-xdist, one worker per core (tests/conftest.py gives each worker its share of the threads)
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto
 
 proofs: $(STAMP)
 	$(BIN)/python -m proofs

@@ -344,11 +344,12 @@ def test_largest_certified_returns_only_passing_radii():
 
 
 @pytest.fixture(scope="module")
-def classifiers():
+def classifiers(shared):
     from certify.experiments import ClassifierTask, train_classifier
 
     task = ClassifierTask(N=4, D_in=3, D=4, H=1, classes=3, signal=2, noise=0.2)
-    return {kind: train_classifier(kind, task, steps=120, seed=1)[0] for kind in ("l2", "dp")}
+    return shared("lirpa-classifiers",
+                  lambda: {kind: train_classifier(kind, task, steps=120, seed=1)[0] for kind in ("l2", "dp")})
 
 
 def attack_radius(model, X, label, p, hi, steps=30):

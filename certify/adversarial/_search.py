@@ -25,10 +25,11 @@ import time
 from typing import Callable
 
 import torch
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from .._domain import Ball, Domain, EpsBall, Global
 from .._errors import InvalidInputError
+from .._progress import progress_bar
 from .._result import Certificate
 from ..attention import AttentionWeights, check_tokens
 from ..jacobian import check_norm
@@ -227,7 +228,7 @@ def lower_bound(weights: AttentionWeights, N: int, norm: str, domain: Domain = G
         lr = min(lr, learning_rate * domain.radius)
     best = _Best()
     total = None if seconds is not None else steps * (len(CLUSTER_SIZES) + 2)
-    bar = tqdm(total=total, desc=f"lower bound ({norm}-norm, N={N})", disable=not progress, leave=False)
+    bar = progress_bar(progress, total=total, desc=f"lower bound ({norm}-norm, N={N})", leave=False)
     clock = _Clock(seconds, bar)
     phases: dict[str, float] = {}
 

@@ -249,9 +249,9 @@ def local_bound(
 
     progress = None
     if not quiet:
-        from tqdm import tqdm
+        from certify._progress import progress_bar  # absolute: this module may move within certify.bounds
 
-        progress = tqdm(total=None, desc="local bnb", unit="box", leave=False)
+        progress = progress_bar(total=None, desc="local bnb", unit="box", leave=False)
     stopped = "time"
     popped: list = []
     try:
