@@ -19,6 +19,7 @@ import torch
 
 from ..attention import AttentionWeights, attention_forward
 from ..jacobian import jacobian, jacobian_norm
+from ._domains import cpu64
 from ._objectives import PowerIteration, _jvp, _vjp, row_block
 
 DENSE_LIMIT = 2048
@@ -41,7 +42,7 @@ def attained_norm(X: torch.Tensor, weights: AttentionWeights, norm: str, iterati
     always computed. v0: a starting vector (N, D) for the power iteration.
     """
     start = time.perf_counter()
-    w = weights.to(torch.float64, "cpu")
+    w = cpu64(weights)
     X = X.detach().to(device="cpu", dtype=torch.float64)[None]
     n = X.shape[1] * X.shape[2]
     if n <= (DENSE_LIMIT if seconds is None else DENSE_TIMED_LIMIT):

@@ -34,9 +34,9 @@ from ..attention import AttentionWeights, attention_forward, check_tokens
 from ..jacobian import check_norm
 from ._attained import DENSE_LIMIT, DENSE_TIMED_LIMIT, attained_norm
 from ._clusters import cluster_norm, expand, round_multiplicities
-from ._domains import natural_scale, project, starting_points, symmetric
+from ._domains import cpu64, natural_scale, project, starting_points, symmetric
 from ._objectives import PowerIteration, dense_norm, row_inf_norm
-from ._starts import castin_starts, lemma_starts
+from ._starts import castin_starts, directions, lemma_starts
 
 DENSE_TWO_NORM = 64
 FREE_BATCH_ENTRIES = 2**22  # cap on restarts * (N D)^2 in the free phase, so one step stays short at large N
@@ -212,7 +212,7 @@ def _cluster_phase(w: AttentionWeights, N: int, norm: str, domain: Domain, resta
                    best: _Best) -> list[torch.Tensor]:
     """Clustered inputs for K in CLUSTER_SIZES (K < N); returns the best expanded witness for each K."""
     found = []
-    scale = natural_scale(w)
+    scale = natural_scale(cpu64(w))
     sizes = [K for K in CLUSTER_SIZES if K < N and K * w.D <= CLUSTER_MAX_COORDINATES]
     full = restarts
     for k, K in enumerate(sizes):
@@ -242,17 +242,16 @@ def _cluster_phase(w: AttentionWeights, N: int, norm: str, domain: Domain, resta
 
 
 def _free_starts(w64: AttentionWeights, N: int, domain: Domain, restarts: int, generator: torch.Generator,
-                 seeds: list[torch.Tensor]) -> torch.Tensor:
+                 seeds: list[torch.Tensor], scale: float, found: torch.Tensor) -> torch.Tensor:
     """The seed inputs first (exact, then jittered), then a quarter structured (Lemma for L2, Castin for DP),
     then random. Seeds are the cluster witnesses, the eps-ball centre (the data point) and the caller's starts."""
     structured = max(2, restarts // 4)
     if isinstance(domain, EpsBall) or N < 2:
-        special = starting_points(w64, N, domain, structured, generator)
+        special = starting_points(w64, N, domain, structured, generator, scale=scale)
     elif w64.kind == "dp":
-        special = castin_starts(w64, N, domain, structured, generator)
+        special = castin_starts(w64, N, domain, structured, generator, found, scale)
     else:
-        special = project(lemma_starts(w64, N, structured, generator), domain)
-    scale = natural_scale(w64)
+        special = project(lemma_starts(w64, N, structured, generator, found), domain)
     if isinstance(domain, EpsBall):
         scale = min(scale, domain.eps)
     exact = [project(X[None], domain) for X in seeds]
@@ -262,7 +261,7 @@ def _free_starts(w64: AttentionWeights, N: int, domain: Domain, restarts: int, g
     parts = [*exact, *jittered, special]
     rest = restarts - sum(len(p) for p in parts)
     if rest > 0:
-        parts.append(starting_points(w64, N, domain, rest, generator))
+        parts.append(starting_points(w64, N, domain, rest, generator, scale=scale))
     return torch.cat(parts)[: max(restarts, 1)]
 
 
@@ -317,13 +316,14 @@ def lower_bound(weights: AttentionWeights, N: int, norm: str, domain: Domain = G
         extra = list(given)
     _warm_up()  # a one-off import cost (counted in the budget: the clock started on entry)
     device = default_device() if device is None else torch.device(device)
-    w64 = weights.to(device="cpu", dtype=torch.float64)
-    w = weights.to(dtype, device)
+    w64 = cpu64(weights)
+    w = w64 if (dtype, device.type) == (torch.float64, "cpu") else weights.to(dtype, device)
     if isinstance(domain, EpsBall):
         extra.insert(0, domain.center.detach().to(device="cpu", dtype=torch.float64))  # the data point itself
         domain = dataclasses.replace(domain, center=domain.center.to(dtype=dtype, device=device))
     generator = torch.Generator().manual_seed(seed)
     scale = natural_scale(w64)
+    found = directions(w64)
     lr = learning_rate * scale
     if isinstance(domain, Ball):
         lr = min(lr, learning_rate * domain.radius)
@@ -376,7 +376,8 @@ def lower_bound(weights: AttentionWeights, N: int, norm: str, domain: Domain = G
         top_X[better] = X.detach()[better].to(top_X)
 
     while rounds == 0 or (seconds is not None and not clock.past(free_until - 0.05)):
-        initial = _free_starts(w64, N, domain, free_restarts, generator, seeds if rounds == 0 else [])
+        initial = _free_starts(w64, N, domain, free_restarts, generator, seeds if rounds == 0 else [], scale,
+                               found)
         if witness_fallback is None:
             witness_fallback = initial[0]
         X = initial.to(dtype=dtype, device=device).requires_grad_(True)
