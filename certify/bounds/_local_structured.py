@@ -151,16 +151,29 @@ def _P_norm_and_colsum(P_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.sqrt(c), c
 
 
-def dp_structured_bound(X: Interval, w: _Weights, k: StructuredConstants, radius: float | None = None) -> np.ndarray:
-    """Proven bound on max ||J(X)||_2 over each box X (..., N, D) for DP attention (module docstring)."""
-    dX = token_differences(X)
+def dp_structured_bound(X: Interval, w: _Weights, k: StructuredConstants, radius: float | None = None,
+                        scores: bool = True) -> np.ndarray:
+    """Proven bound on max ||J(X)||_2 over each box X (..., N, D) for DP attention (module docstring).
+
+    scores=False skips the interval enclosure of the attention matrix (O(N^3 d) memory per head) and of the
+    per-query second moments (O(N^2 D)): then P_il <= the logit-range bound `_p_max` and V_i <= V, in O(N D + N^2)
+    memory (the matrix-free path for large layers; the same inequalities with weaker inputs).
+    """
+    dX = token_differences(X) if scores else None
     V = _second_moment_bound(X, radius)
     token_norm = _token_norm(X, radius)
     N = X.shape[-2]
     per_head_VO, per_head_V = [], []
     inv_sqrt_d = 1.0 / math.sqrt(w.d)
     for h in range(w.H):
-        Q, _, P = dp_scores(X, dX, w, h)
+        if scores:
+            Q, _, P = dp_scores(X, dX, w, h)
+        else:
+            Q = point_einsum_any("...nD,Dc->...nc", X, w.W_Q[h])
+            if w.b_Q is not None:
+                Q = Q + w.b_Q[h]
+            ones = np.ones((*X.shape[:-1], N))
+            P = Interval(0.0 * ones, ones)
         Kq = point_einsum_any("...ic,Ec->...iE", Q, w.W_K[h])  # W_K q_i
         w_from_box = np.sqrt(np.max(np.sum(Kq.mag**2, axis=-1), axis=-1)) * inv_sqrt_d
         w_max = np.minimum(w_from_box, k.B[h] * token_norm + k.KbQ[h]) * (1 + 1e-12)
@@ -169,7 +182,10 @@ def dp_structured_bound(X: Interval, w: _Weights, k: StructuredConstants, radius
         Pn, c = _P_norm_and_colsum(P_hi)
         # per-query refinements: V_i <= sum_l P_hi[i, l] sup ||x_l - m_i||^2 with m_i the centre of xbar_i's
         # enclosure, and ||T||^2 <= max_l sum_i P_hi[i, l] ||w_i||^2 V_i (the Cauchy-Schwarz step kept per i)
-        V_i = np.minimum(_weighted_second_moment(X, Interval(np.minimum(P.lo, P_hi), P_hi)), V[..., None])  # (..., N)
+        if scores:
+            V_i = np.minimum(_weighted_second_moment(X, Interval(np.minimum(P.lo, P_hi), P_hi)), V[..., None])
+        else:
+            V_i = np.broadcast_to(V[..., None], (*V.shape, N))  # (..., N)
         w_i = np.sqrt(np.sum(Kq.mag**2, axis=-1)) * inv_sqrt_d * (1 + 1e-12)  # (..., N)
         w_i = np.minimum(w_i, w_max[..., None])
         T3 = np.sqrt(np.max(np.sum(P_hi * (w_i**2 * V_i)[..., :, None], axis=-2), axis=-1))
@@ -182,26 +198,32 @@ def dp_structured_bound(X: Interval, w: _Weights, k: StructuredConstants, radius
 
 
 def l2_structured_bound(
-    X: Interval, w: _Weights, k: StructuredConstants, N: int, radius: float | None = None
+    X: Interval, w: _Weights, k: StructuredConstants, N: int, radius: float | None = None, scores: bool = True
 ) -> np.ndarray:
     """Proven bound on max ||J(X)||_2 over each box X (..., N, D) for tied L2 attention (module docstring).
 
     With every token of norm <= r (box and ball), ||y_i - y_l|| <= 2 r ||W_Q||, which caps ||y_i - y_l||^2,
-    Var_i <= (r ||W_Q||)^2 and every P_il <= 1 / (1 + (N - 1) exp(-s (2 r ||W_Q||)^2)).
+    Var_i <= (r ||W_Q||)^2 and every P_il <= 1 / (1 + (N - 1) exp(-s (2 r ||W_Q||)^2)). scores=False uses only
+    these caps (no interval softmax, O(N^3 d) memory per head saved): the matrix-free path for large layers.
     """
-    dX = token_differences(X)
+    dX = token_differences(X) if scores else None
     token_norm = _token_norm(X, radius)
     s = 1.0 / math.sqrt(w.d)
     lemma = phi_inverse(N - 1) * math.sqrt(w.d) * (1 + 1e-15) if N > 1 else 0.0  # sup of Var_i in y coordinates
     column_cap = (N - 1) * math.sqrt(w.d) / math.e * (1 + 1e-15)
     total = 0.0
     for h in range(w.H):
-        dY, P = l2_scores(dX, w, h)
         spread = (2 * token_norm * k.Q[h]) ** 2 * (1 + 1e-12)  # >= ||y_i - y_l||^2
-        P_hi = np.minimum(P.hi, _p_max(N, spread * s * (1 + 1e-12))[..., None, None])
+        cap = _p_max(N, spread * s * (1 + 1e-12))[..., None, None]
+        if scores:
+            dY, P = l2_scores(dX, w, h)
+            P_hi = np.minimum(P.hi, cap)
+            D2 = np.maximum(isum(dY * dY, axis=-1).hi, 0.0)  # ||y_j - y_k||^2 upper, [..., j, k]
+            D2 = np.minimum(D2, spread[..., None, None])
+        else:
+            P_hi = np.broadcast_to(cap, (*spread.shape, N, N))
+            D2 = np.broadcast_to(spread[..., None, None], (*spread.shape, N, N))
         Pn, _ = _P_norm_and_colsum(P_hi)
-        D2 = np.maximum(isum(dY * dY, axis=-1).hi, 0.0)  # ||y_j - y_k||^2 upper, [..., j, k]
-        D2 = np.minimum(D2, spread[..., None, None])
         weighted = P_hi * np.swapaxes(D2, -1, -2)  # [i, l] = P_il ||y_l - y_i||^2 (upper)
         var_i = np.minimum(np.minimum(weighted.sum(axis=-1), lemma), ((token_norm * k.Q[h]) ** 2)[..., None])
         var = np.max(var_i, axis=-1)
