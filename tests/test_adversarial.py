@@ -281,7 +281,7 @@ def test_the_batch_is_sized_from_the_measured_forward_pass(monkeypatch):
     monkeypatch.setattr(_search, "_forward_seconds", lambda *args: 0.01)  # one forward pass: 10 ms
     weights = gaussian("dp", 2, 4, 8, seed=2)  # N D = 80 > DENSE_TWO_NORM: power iteration, 20 passes a step
     result = lower_bound(weights, 10, "2", Ball(1.0), restarts=24, steps=3, seconds=10.0)
-    # STEP_SHARE * 10 s = 0.2 s per step = 1 restart of 20 x 10 ms (and the two seeds' floor of min(24, 2))
+    # STEP_SHARE * 10 s = 0.2 s per step = 2 restarts of 8 x 10 ms (and at least min(24, 2))
     assert result.details["free_restarts"] == 2
     unbudgeted = lower_bound(weights, 10, "2", Ball(1.0), restarts=24, steps=3)
     assert unbudgeted.details["free_restarts"] == 24

@@ -353,3 +353,32 @@ def test_interrupted_before_the_first_box_certifies_nothing_finite(monkeypatch):
     monkeypatch.setattr(local, "structured_box_bound", interrupt)
     cert = local_bound(random_weights("dp", 1, 2, seed=0), 3, "2", Ball(1.0), time_budget=2.0, sdp_max_size=0)
     assert cert.details["stopped"] == "interrupted" and cert.value == math.inf
+
+
+def test_gram_norms_bound_the_exact_norms_and_the_large_constants_are_sound(monkeypatch):
+    import certify.bounds._local_structured as structured
+
+    rng = np.random.default_rng(0)
+    for shape in [(7, 3), (3, 7), (6, 6), (40, 2)]:
+        A = rng.standard_normal(shape)
+        exact = float(np.linalg.norm(A, 2))
+        assert exact <= structured.gram_norm2_upper(A) <= exact * (1 + 1e-9)
+    for kind in ("dp", "l2"):
+        weights = random_weights(kind, 2, 2, seed=5, bias=True)
+        nw = numpy_weights(weights)
+        small = structured_constants(nw)
+        monkeypatch.setattr(structured, "GRAM_DIMENSION", 1)
+        large = structured_constants(nw)
+        monkeypatch.undo()
+        for name in ("VO", "V", "B", "G", "Q"):  # products of norms: never below the norm of the product
+            assert all(b >= a * (1 - 1e-12) for a, b in zip(getattr(small, name), getattr(large, name))), name
+        for h in range(2):  # the same quantity, with its own margins: above the exact value
+            exact = float(np.linalg.norm(nw.W_K[h] @ nw.b_Q[h])) / math.sqrt(nw.d) if kind == "dp" else 0.0
+            assert large.KbQ[h] >= exact
+        assert large.O >= small.O * (1 - 1e-12)
+        c, r = _box(3, weights.D, 1, 0.3)
+        box = Interval((c - r)[None], (c + r)[None])
+        bound = float((dp_structured_bound(box, nw, large) if kind == "dp"
+                       else l2_structured_bound(box, nw, large, 3))[0])
+        X = torch.from_numpy(_points_in_box(c, r, 48, 1))
+        assert jacobian_norm(jacobian(X, weights), "2").max().item() <= bound

@@ -44,7 +44,7 @@ import math
 import numpy as np
 
 from ..interval import Interval, isum
-from ..sdp._floating import gamma, norm2_upper, up
+from ..sdp._floating import gamma, lambda_min_lower, norm2_upper, sum_up, up
 from ._lambert import phi_inverse
 from ._local_enclosure import _Weights, dp_scores, l2_scores, point_einsum_any, token_differences
 from ._rounding import round_up
@@ -69,6 +69,64 @@ def product_norm_upper(*matrices: np.ndarray) -> float:
     return float(round_up(norm2_upper(product) + error))
 
 
+GRAM_DIMENSION = 256
+"""Above this D the weight norms come from the small Gram matrices (`gram_norm2_upper`) and products of norms:
+the dilations of `norm2_upper` are (D + d)- or 2D-sized eigenproblems, 60 of them at BERT size (minutes)."""
+
+
+def gram_norm2_upper(A: np.ndarray) -> float:
+    """Proven upper bound on ||A||_2 from the Gram matrix of the smaller side (n x n for A m x n, m >= n).
+
+    G = fl(A^T A) has |G - A^T A| <= gamma_m |A|^T |A| entrywise (Higham, section 3.5), so
+    ||A^T A - G||_2 <= gamma_m || |A|^T |A| ||_F <= gamma_m ||A||_F^2, and ||A||_2^2 = lambda_max(A^T A)
+    <= -lambda_min_lower(-G) + gamma_m ||A||_F^2. G is made exactly symmetric by mirroring its upper triangle
+    (each entry is still one computed inner product).
+    """
+    A = np.asarray(A, dtype=np.float64)
+    if A.ndim != 2:
+        raise ValueError(f"A must be a matrix, got shape {A.shape}")
+    if A.shape[0] < A.shape[1]:
+        A = A.T
+    m, n = A.shape
+    if A.size == 0 or not np.any(A):
+        return 0.0
+    G = A.T @ A
+    G = np.triu(G) + np.triu(G, 1).T
+    frobenius2 = float(sum_up(up(A * A)))
+    square = up(-lambda_min_lower(-G) + up(gamma(m + 2) * frobenius2))
+    return float(up(np.sqrt(max(float(square), 0.0)) * (1 + 4e-16)))
+
+
+def _mul_up(*values: float) -> float:
+    product = 1.0
+    for value in values:
+        product = float(up(product * value))
+    return product
+
+
+def _gram_constants(w: _Weights, inv_sqrt_d: float) -> "StructuredConstants":
+    """`structured_constants` for large D: every product norm bounded by the product of Gram-based norms
+    (submultiplicativity; sound, possibly looser than the norm of the product)."""
+    VO, V, B, G, Q, KbQ = [], [], [], [], [], []
+    for h in range(w.H):
+        nQ, nK, nV, nO = (gram_norm2_upper(M) for M in (w.W_Q[h], w.W_K[h], w.W_V[h], w.W_O[h]))
+        VO.append(_mul_up(nV, nO))
+        V.append(nV)
+        if w.kind == "dp":
+            B.append(_mul_up(nK, nQ, inv_sqrt_d))
+            KbQ.append(0.0 if w.b_Q is None else _mul_up(gram_norm2_upper(w.W_K[h] @ w.b_Q[h][:, None]),
+                                                         1 + 1e-12, inv_sqrt_d))
+            G.append(0.0)
+            Q.append(0.0)
+        else:
+            B.append(_mul_up(nO, nV, nQ, nQ))
+            G.append(_mul_up(nO, nV, nQ))
+            Q.append(nQ)
+            KbQ.append(0.0)
+    return StructuredConstants(tuple(VO), tuple(V), gram_norm2_upper(w.W_O.reshape(-1, w.D)), tuple(B), tuple(G),
+                               tuple(Q), tuple(KbQ))
+
+
 @dataclasses.dataclass(frozen=True)
 class StructuredConstants:
     """Per-head weight norms used by the structured bounds (all proven upper bounds)."""
@@ -83,7 +141,10 @@ class StructuredConstants:
 
 
 def structured_constants(w: _Weights) -> StructuredConstants:
+    """The per-head weight norms, proven; above D = GRAM_DIMENSION from Gram matrices (`_gram_constants`)."""
     inv_sqrt_d = float(up(1.0 / math.sqrt(w.d)) * (1 + 1e-15))
+    if w.D > GRAM_DIMENSION:
+        return _gram_constants(w, inv_sqrt_d)
     VO, V, B, G, Q, KbQ = [], [], [], [], [], []
     for h in range(w.H):
         WQ, WK, WV, WO = w.W_Q[h], w.W_K[h], w.W_V[h], w.W_O[h]
