@@ -113,7 +113,9 @@ def biased(checkouts: list[str], seeds: list[int], budgets: list[float]) -> None
     for checkout in checkouts:
         env = {**os.environ, "PYTHONPATH": checkout}
         done = subprocess.run([sys.executable, "-c", BIASED_SNIPPET, json.dumps(seeds), json.dumps(budgets)],
-                              env=env, capture_output=True, text=True, check=True)
+                              env=env, capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(f"{checkout}: {done.stderr[-2000:]}")
         values = json.loads(done.stdout.strip().splitlines()[-1])
         for seed in seeds:
             short, long = values[f"{seed}/{budgets[0]}"], values[f"{seed}/{budgets[-1]}"]

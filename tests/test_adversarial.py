@@ -356,3 +356,13 @@ def test_the_default_device_follows_cuda_availability_and_cpu_runs(monkeypatch):
     assert result.details["device"] == "cpu" and result.details["dtype"] == "float32"
     X = torch.tensor(result.details["witness"], dtype=F64)
     assert result.value == float(jacobian_norm(jacobian(X[None], weights), "2")[0])
+
+
+def test_weights_that_require_grad_are_searched_detached():
+    layer = torch.nn.MultiheadAttention(4, 2, bias=True, batch_first=True).double()
+    from certify.attention import as_weights
+
+    weights = as_weights(layer)
+    assert weights.W_Q.requires_grad
+    result = lower_bound(weights, 3, "2", Ball(1.0), restarts=2, steps=3)
+    assert math.isfinite(result.value) and result.value > 0

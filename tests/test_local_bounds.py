@@ -382,3 +382,15 @@ def test_gram_norms_bound_the_exact_norms_and_the_large_constants_are_sound(monk
                        else l2_structured_bound(box, nw, large, 3))[0])
         X = torch.from_numpy(_points_in_box(c, r, 48, 1))
         assert jacobian_norm(jacobian(X, weights), "2").max().item() <= bound
+
+
+def test_the_worst_box_centre_is_in_the_domain_and_seeds_the_lower_bound():
+    from certify.adversarial import lower_bound
+
+    weights = random_weights("dp", 2, 2, seed=6, bias=True)
+    cert = local_bound(weights, 3, "2", Ball(2.0), time_budget=2.0, max_boxes=20, sdp_max_size=0)
+    centre = torch.tensor(cert.details["worst_box_centre"], dtype=torch.float64)
+    assert centre.shape == (3, 4) and (centre.norm(dim=-1) <= 2.0).all()
+    seeded = lower_bound(weights, 3, "2", Ball(2.0), restarts=2, steps=0, polish=0, starts=centre)
+    assert seeded.value >= jacobian_norm(jacobian(centre[None], weights), "2").item() * (1 - 1e-9)
+    assert seeded.value <= cert.value

@@ -31,8 +31,9 @@ def symmetric(domain: Domain) -> bool:
 
 
 def cpu64(weights: AttentionWeights) -> AttentionWeights:
-    """The weights in float64 on the CPU, without a copy (and its validation) when they already are."""
-    if weights.dtype == torch.float64 and weights.W_Q.device.type == "cpu":
+    """The weights in float64 on the CPU and detached, without a copy (and its validation) when they already are."""
+    if (weights.dtype == torch.float64 and weights.W_Q.device.type == "cpu"
+            and not any(t.requires_grad for t in weights.tensors().values())):
         return weights
     return weights.to(torch.float64, "cpu")
 

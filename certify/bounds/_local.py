@@ -332,6 +332,10 @@ def local_bound(
         if not heap:
             stopped = "exhausted"
     ratio = upper / best_lower if best_lower > 0 else math.inf
+    worst = None
+    if heap:  # the centre of the leaf with the largest bound, in the domain: a start for `lower_bound(starts=...)`
+        box = heap[0][3]
+        worst = _project((0.5 * box.lo + 0.5 * box.hi)[None], domain)[0].tolist()
     ran = "; ".join(parts) if parts else "entrywise enclosure and structured bound on every box"
     return Certificate(
         value=float(upper),
@@ -356,6 +360,7 @@ def local_bound(
             "memory_limit": limit,
             "entrywise_bytes": entrywise_bytes,
             "parts": parts,
+            "worst_box_centre": worst,
             "stopped": stopped,
         },
     )
