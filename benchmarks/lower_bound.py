@@ -14,6 +14,13 @@ Usage (the default runs in about 4 minutes on 2 CPU cores):
     python benchmarks/lower_bound.py                                  # N = 4, 16, 64, 256; 10 s per run
     python benchmarks/lower_bound.py --seconds 10,60,300 --tokens 16,256 --json out/bench.json
     python benchmarks/lower_bound.py --device cuda --dtype float32
+
+``--biased`` instead measures how far the default budget is from a long run on the biased layer of issue 15
+(`torch.nn.MultiheadAttention` D = 4, H = 2, N = 4, seeded weights and N(0, 0.5^2) biases, Ball(3), 2-norm), for
+this checkout and, with ``--baseline-checkout DIR``, for another checkout in the same run (each in a subprocess
+with ``PYTHONPATH=DIR``): columns default budget / long run / ratio, median over ``--seeds``.
+
+    python benchmarks/lower_bound.py --biased --baseline-checkout /work/main --seeds 0,1,2 --seconds 10,60
 """
 
 from __future__ import annotations
@@ -74,6 +81,55 @@ def rate_naive(weights, N: int, norm: str, seconds: float, device, dtype) -> flo
     return count / (time.perf_counter() - start)
 
 
+BIASED_SNIPPET = """
+import json, sys, torch
+from certify._domain import Ball
+from certify.adversarial import lower_bound
+from certify.attention import as_weights
+torch.manual_seed(0)
+layer = torch.nn.MultiheadAttention(4, 2, bias=True, batch_first=True).double()
+g = torch.Generator().manual_seed(1)
+with torch.no_grad():
+    layer.in_proj_bias.copy_(0.5 * torch.randn(12, generator=g, dtype=torch.float64))
+    layer.out_proj.bias.copy_(0.5 * torch.randn(4, generator=g, dtype=torch.float64))
+weights = as_weights(layer)
+lower_bound(weights, 3, "2", Ball(1.0), restarts=2, steps=2)  # one-off imports outside the timings
+out = {}
+for seed in json.loads(sys.argv[1]):
+    for budget in json.loads(sys.argv[2]):
+        result = lower_bound(weights, 4, "2", Ball(3.0), seed=seed, seconds=budget)
+        out[f"{seed}/{budget}"] = [result.value, result.seconds]
+print(json.dumps(out))
+"""
+
+
+def biased(checkouts: list[str], seeds: list[int], budgets: list[float]) -> None:
+    """Default budget vs long run on the biased D = 4 layer, per checkout, in subprocesses (module docstring)."""
+    import json
+    import statistics
+    import subprocess
+
+    rows = []
+    for checkout in checkouts:
+        env = {**os.environ, "PYTHONPATH": checkout}
+        done = subprocess.run([sys.executable, "-c", BIASED_SNIPPET, json.dumps(seeds), json.dumps(budgets)],
+                              env=env, capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(f"{checkout}: {done.stderr[-2000:]}")
+        values = json.loads(done.stdout.strip().splitlines()[-1])
+        for seed in seeds:
+            short, long = values[f"{seed}/{budgets[0]}"], values[f"{seed}/{budgets[-1]}"]
+            rows.append((checkout, seed, f"{short[0]:.4f}", f"{long[0]:.4f}", f"{long[0] / short[0]:.3f}",
+                         f"{short[1]:.1f}", f"{long[1]:.1f}"))
+        shorts = [values[f"{s}/{budgets[0]}"][0] for s in seeds]
+        longs = [values[f"{s}/{budgets[-1]}"][0] for s in seeds]
+        rows.append((checkout, "median", f"{statistics.median(shorts):.4f}", f"{statistics.median(longs):.4f}",
+                     f"{statistics.median(longs) / statistics.median(shorts):.3f}", "", ""))
+        print(f"  {checkout}: done", flush=True)
+    print(format_rows(("checkout", "seed", f"default {budgets[0]:g} s", f"long {budgets[-1]:g} s",
+                       "long / default", "default s", "long s"), rows))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", choices=("unit", "multihead"), default="unit")
@@ -85,7 +141,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default=None, help="default: cuda when available, else cpu")
     parser.add_argument("--dtype", choices=("float64", "float32"), default="float64")
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--biased", action="store_true", help="default budget vs long run on the biased D = 4 layer")
+    parser.add_argument("--baseline-checkout", help="with --biased: also run this checkout (e.g. /work/main)")
+    parser.add_argument("--seeds", default="0,1,2", help="with --biased: comma-separated seeds")
     args = parser.parse_args(argv)
+    if args.biased:
+        here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+        checkouts = ([args.baseline_checkout] if args.baseline_checkout else []) + [os.path.abspath(here)]
+        biased(checkouts, [int(s) for s in args.seeds.split(",")], [float(s) for s in args.seconds.split(",")])
+        return 0
     device = default_device() if args.device is None else torch.device(args.device)
     dtype = getattr(torch, args.dtype)
     weights = config_weights(args.config)

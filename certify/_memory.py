@@ -12,6 +12,7 @@ result, and does nothing where glibc is not the allocator.
 from __future__ import annotations
 
 import ctypes
+import os
 import ctypes.util
 import functools
 import sys
@@ -39,3 +40,33 @@ def retain_freed_memory() -> bool:
     return all(mallopt(option, value) == 1 for option, value in ((M_TRIM_THRESHOLD, TRIM_THRESHOLD),
                                                                   (M_TOP_PAD, TOP_PAD),
                                                                   (M_MMAP_THRESHOLD, MMAP_THRESHOLD_MAX)))
+
+
+GIB = 2**30
+MEMORY_LIMIT = 2 * GIB
+"""Largest single working set a bound may allocate (before the available-memory cap), in bytes."""
+
+
+def available_memory() -> int:
+    """Bytes of memory available to new allocations (MemAvailable in /proc/meminfo; else physical pages free)."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return MEMORY_LIMIT
+
+
+def memory_limit() -> int:
+    """The allocation limit for one bound's working set: min(MEMORY_LIMIT, 25% of the available memory)."""
+    return int(min(MEMORY_LIMIT, 0.25 * available_memory()))
+
+
+def gib(size: float) -> str:
+    """Bytes as a short GiB string, e.g. '8.0 GiB'."""
+    return f"{size / GIB:.3g} GiB"

@@ -14,7 +14,8 @@ from certify import AttentionWeights
 from certify._domain import Ball, EpsBall, Global
 from certify._errors import InvalidInputError
 from certify.adversarial import (
-    PowerIteration, attained_norm, cluster_norm, expand, lemma_starts, lower_bound, naive_lower_bound, project,
+    PowerIteration, attained_norm, cluster_norm, expand, lemma_starts, lower_bound, naive_lower_bound, natural_scale,
+    project,
     query_output, round_multiplicities, row_block,
 )
 from certify.adversarial import _attained
@@ -228,3 +229,140 @@ def test_lower_bound_never_exceeds_a_certified_upper_bound(layer, norm):
     for upper in uppers:
         assert upper.certified and upper.kind == "upper"
         assert result.value <= upper.value, (upper.method, result.value, upper.value)
+
+
+# ---- time budgets, sizing and devices (mechanisms, not timings) -----------------------------------------------------
+
+class _FakeTime:
+    """A perf_counter that advances a fixed step per call: every clock reading costs `step` seconds."""
+
+    def __init__(self, step: float):
+        self.now, self.step = 0.0, step
+
+    def perf_counter(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+def test_every_step_checks_the_clock_and_the_search_reports_stopped_time(monkeypatch):
+    from certify.adversarial import _search
+
+    fake = _FakeTime(0.05)
+    monkeypatch.setattr(_search, "time", fake)
+    weights = gaussian("dp", 2, 2, 4, seed=1, bias=True)
+    result = lower_bound(weights, 4, "2", Ball(2.0), restarts=4, steps=10_000, seconds=2.0)
+    assert result.details["stopped"] == "time" and result.message.endswith("stopped: time")
+    # 2 s of fake time at >= 0.05 s per reading: at most 40 readings, so only a few steps ran of 10_000 x phases
+    assert sum(result.details["evaluations"].values()) <= 40 * 4
+    X = torch.tensor(result.details["witness"], dtype=F64)
+    assert result.value == float(jacobian_norm(jacobian(X[None], weights), "2")[0])
+
+
+def test_a_step_whose_estimated_cost_exceeds_the_deadline_never_starts():
+    from tqdm import tqdm
+
+    from certify.adversarial._search import _ascend, _Best, _Clock
+
+    calls = []
+    x = torch.zeros(3, requires_grad=True)
+    clock = _Clock(1.0, tqdm(disable=True))
+    _ascend([x], lambda: calls.append(1) or (x * 0).sum()[None], 100, 0.1, lambda: None, clock, 1.0,
+            lambda v: None, _Best(), "free", estimate=5.0)
+    assert calls == [] and clock.stopped == "time"
+    clock = _Clock(1.0, tqdm(disable=True))
+    _ascend([x], lambda: calls.append(1) or (x * x).sum()[None], 3, 0.1, lambda: None, clock, 1.0,
+            lambda v: None, _Best(), "free", estimate=0.0)
+    assert len(calls) == 4 and clock.stopped == "steps"
+
+
+def test_the_batch_is_sized_from_the_measured_forward_pass(monkeypatch):
+    from certify.adversarial import _search
+
+    monkeypatch.setattr(_search, "_forward_seconds", lambda *args: 0.01)  # one forward pass: 10 ms
+    weights = gaussian("dp", 2, 4, 8, seed=2)  # N D = 80 > DENSE_TWO_NORM: power iteration, 20 passes a step
+    result = lower_bound(weights, 10, "2", Ball(1.0), restarts=24, steps=3, seconds=10.0)
+    # STEP_SHARE * 10 s = 0.2 s per step = 2 restarts of 8 x 10 ms (and at least min(24, 2))
+    assert result.details["free_restarts"] == 2
+    unbudgeted = lower_bound(weights, 10, "2", Ball(1.0), restarts=24, steps=3)
+    assert unbudgeted.details["free_restarts"] == 24
+
+
+def test_inf_norm_rows_are_capped_at_large_width_and_stay_attained(monkeypatch):
+    from certify.adversarial import _search
+
+    monkeypatch.setattr(_search, "_forward_seconds", lambda *args: 0.01)
+    weights = gaussian("dp", 2, 4, 8, seed=2)
+    result = lower_bound(weights, 5, "inf", Ball(1.0), restarts=4, steps=3, seconds=1.0)
+    assert result.details["rows"] == 1  # 0.05 s per step / (4 passes x 10 ms)
+    X = torch.tensor(result.details["witness"], dtype=F64)
+    assert result.value <= float(jacobian_norm(jacobian(X[None], weights), "inf")[0]) * (1 + 1e-12)
+
+
+def test_time_limited_attained_norm_is_a_lower_bound_and_a_warm_start_is_exact(monkeypatch):
+    weights = gaussian("dp", 2, 2, 4, seed=3, bias=True)
+    X = torch.randn(6, 4, generator=torch.Generator().manual_seed(4), dtype=F64)
+    J = jacobian(X[None], weights)[0].reshape(24, 24)
+    exact = float(torch.linalg.matrix_norm(J, ord=2))
+    monkeypatch.setattr(_attained, "DENSE_TIMED_LIMIT", 4)
+    value, how = attained_norm(X, weights, "2", seconds=1e-9)
+    assert "after 0 float64 power iterations" in how and 0 < value <= exact * (1 + 1e-12)
+    top = torch.linalg.svd(J)[2][0].reshape(6, 4)
+    warm, how = attained_norm(X, weights, "2", seconds=1e-9, v0=top)
+    assert "warm start" in how and warm == pytest.approx(exact, rel=1e-12)
+    rows, how = attained_norm(X, weights, "inf", seconds=1e-9)
+    assert "1 of 6 row blocks" in how
+    assert rows == pytest.approx(float(J[:4].abs().sum(1).max()), rel=1e-12)
+
+
+def test_low_rank_scale_and_directions_match_the_dense_computations():
+    from certify.adversarial._starts import directions
+
+    weights = gaussian("dp", 3, 2, 5, seed=5)
+    dense = max(float(torch.linalg.matrix_norm(weights.W_Q[h] @ weights.W_K[h].T, ord=2)) / math.sqrt(2)
+                for h in range(3))
+    assert natural_scale(weights) == pytest.approx(1 / math.sqrt(dense), rel=1e-12)
+    found = directions(weights)
+    for h in range(3):
+        A = weights.W_Q[h] @ weights.W_K[h].T
+        values = torch.linalg.eigvalsh((A + A.T) / 2)
+        for u, target in ((found[2 * h], values[-1]), (found[2 * h + 1], values[0])):
+            assert float(u.norm()) == pytest.approx(1.0, rel=1e-12)
+            assert float(u @ A @ u) == pytest.approx(float(target), rel=1e-10, abs=1e-12)
+
+
+def test_starts_and_the_eps_ball_centre_are_tried_exactly():
+    weights = gaussian("dp", 2, 2, 4, seed=6, bias=True)
+    X0 = torch.randn(3, 4, generator=torch.Generator().manual_seed(7), dtype=F64)
+    at_centre = float(jacobian_norm(jacobian(X0[None], weights), "2")[0])
+    result = lower_bound(weights, 3, "2", EpsBall(X0, 1e-6, "inf"), restarts=2, steps=0, polish=0)
+    assert result.value >= at_centre * (1 - 1e-9)
+    good = lower_bound(weights, 3, "2", Ball(3.0), restarts=8, steps=200, seed=1)
+    witness = torch.tensor(good.details["witness"], dtype=F64)
+    again = lower_bound(weights, 3, "2", Ball(3.0), restarts=2, steps=0, polish=0, starts=witness, seed=9)
+    assert again.value >= good.value * (1 - 1e-9)
+    with pytest.raises(InvalidInputError, match="starts"):
+        lower_bound(weights, 3, "2", Ball(3.0), starts=torch.zeros(2, 5, dtype=F64))
+
+
+def test_the_default_device_follows_cuda_availability_and_cpu_runs(monkeypatch):
+    from certify.adversarial import default_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert default_device().type == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert default_device().type == "cuda"
+    weights = gaussian("dp", 2, 2, 4, seed=8)
+    result = lower_bound(weights, 3, "2", Ball(1.0), device="cpu", dtype=torch.float32, **FAST)
+    assert result.details["device"] == "cpu" and result.details["dtype"] == "float32"
+    X = torch.tensor(result.details["witness"], dtype=F64)
+    assert result.value == float(jacobian_norm(jacobian(X[None], weights), "2")[0])
+
+
+def test_weights_that_require_grad_are_searched_detached():
+    layer = torch.nn.MultiheadAttention(4, 2, bias=True, batch_first=True).double()
+    from certify.attention import as_weights
+
+    weights = as_weights(layer)
+    assert weights.W_Q.requires_grad
+    result = lower_bound(weights, 3, "2", Ball(1.0), restarts=2, steps=3)
+    assert math.isfinite(result.value) and result.value > 0

@@ -267,3 +267,130 @@ def test_vertex_bound_holds_on_the_box(layer, seed, width):
         J = jacobian(torch.from_numpy(points), weights)
         assert jacobian_norm(J, norm).max().item() <= bounds[0]
         _assert_encloses(J.numpy(), enclosure[0])
+
+
+# --- memory: estimate before allocating, matrix-free path above the limit -------------------------------------
+
+
+@pytest.mark.parametrize("kind,N,D,H", [("dp", 6, 8, 2), ("l2", 5, 12, 2), ("dp", 12, 8, 4)])
+def test_memory_estimates_cover_the_measured_peaks(kind, N, D, H):
+    import tracemalloc
+
+    from certify.bounds._local import enclosure_bytes, structured_bytes
+
+    weights = random_weights(kind, H, D // H, seed=1)
+    nw = numpy_weights(weights)
+    constants = structured_constants(nw)
+    boxes = Interval(-np.ones((2, N, D)), np.ones((2, N, D)))
+    measured = {}
+    for name, run in [("entrywise", lambda: jacobian_enclosure(boxes, nw)),
+                      ("scores", lambda: (dp_structured_bound(boxes, nw, constants) if kind == "dp"
+                                          else l2_structured_bound(boxes, nw, constants, N))),
+                      ("caps", lambda: (dp_structured_bound(boxes, nw, constants, scores=False) if kind == "dp"
+                                        else l2_structured_bound(boxes, nw, constants, N, scores=False)))]:
+        tracemalloc.start()
+        run()
+        measured[name] = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    d = D // H
+    assert measured["entrywise"] <= enclosure_bytes(N, D, d, kind, boxes=2)
+    assert measured["scores"] <= structured_bytes(N, D, d, boxes=2, scores=True)
+    assert measured["caps"] <= structured_bytes(N, D, d, boxes=2, scores=False)
+    assert structured_bytes(N, D, d, 2, scores=False) < structured_bytes(N, D, d, 2, scores=True)
+
+
+@pytest.mark.parametrize("kind", ["dp", "l2"])
+def test_structured_bound_without_scores_holds_on_the_box(kind):
+    weights = random_weights(kind, 2, 2, seed=3)
+    nw = numpy_weights(weights)
+    constants = structured_constants(nw)
+    N = 4
+    for seed in range(3):
+        c, r = _box(N, weights.D, seed, 0.4)
+        box = Interval((c - r)[None], (c + r)[None])
+        if kind == "dp":
+            capped = float(dp_structured_bound(box, nw, constants, scores=False)[0])
+            full = float(dp_structured_bound(box, nw, constants)[0])
+        else:
+            capped = float(l2_structured_bound(box, nw, constants, N, scores=False)[0])
+            full = float(l2_structured_bound(box, nw, constants, N)[0])
+        X = torch.from_numpy(_points_in_box(c, r, 48, seed))
+        attained = jacobian_norm(jacobian(X, weights), "2").max().item()
+        assert attained <= full <= capped * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("limit,entrywise,scores", [(1, False, False), ("scores-only", False, True)])
+def test_above_the_memory_limit_the_matrix_free_path_still_bounds(monkeypatch, limit, entrywise, scores):
+    import certify.bounds._local as local
+
+    weights, N, radius = random_weights("dp", 2, 2, seed=4, bias=True), 4, 1.5
+    D = weights.D
+    if limit == "scores-only":  # room for the interval softmax but not for the entrywise enclosure
+        limit = local.structured_bytes(N, D, weights.d, 1, True) + 1
+        assert limit < local.enclosure_bytes(N, D, weights.d, "dp", 1)
+    monkeypatch.setattr(local, "memory_limit", lambda: limit)
+    called = {"enclosure": 0}
+    real = local.box_enclosure
+    monkeypatch.setattr(local, "box_enclosure", lambda *a: (called.__setitem__("enclosure", 1), real(*a))[1])
+    cert = local_bound(weights, N, "2", Ball(radius), time_budget=3.0, max_boxes=30, sdp_max_size=64, seed=0)
+    assert called["enclosure"] == 0  # the (N, D, N, D) enclosure was never built
+    assert cert.details["entrywise"] is entrywise and cert.details["interval_scores"] is scores
+    assert "entrywise enclosure skipped: would need" in cert.message
+    assert cert.certified and cert.details["sdp_refinements"] == 0
+    X = _domain_points(Ball(radius), N, D, 300, 0)
+    assert jacobian_norm(jacobian(X, weights), "2").max().item() <= cert.value
+    assert cert.details["lower"] <= cert.value
+    witness = torch.tensor(cert.details["witness"], dtype=torch.float64)
+    assert jacobian_norm(jacobian(witness[None], weights), "2").item() <= cert.value
+
+
+def test_interrupted_before_the_first_box_certifies_nothing_finite(monkeypatch):
+    import certify.bounds._local as local
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(local, "structured_box_bound", interrupt)
+    cert = local_bound(random_weights("dp", 1, 2, seed=0), 3, "2", Ball(1.0), time_budget=2.0, sdp_max_size=0)
+    assert cert.details["stopped"] == "interrupted" and cert.value == math.inf
+
+
+def test_gram_norms_bound_the_exact_norms_and_the_large_constants_are_sound(monkeypatch):
+    import certify.bounds._local_structured as structured
+
+    rng = np.random.default_rng(0)
+    for shape in [(7, 3), (3, 7), (6, 6), (40, 2)]:
+        A = rng.standard_normal(shape)
+        exact = float(np.linalg.norm(A, 2))
+        assert exact <= structured.gram_norm2_upper(A) <= exact * (1 + 1e-9)
+    for kind in ("dp", "l2"):
+        weights = random_weights(kind, 2, 2, seed=5, bias=True)
+        nw = numpy_weights(weights)
+        small = structured_constants(nw)
+        monkeypatch.setattr(structured, "GRAM_DIMENSION", 1)
+        large = structured_constants(nw)
+        monkeypatch.undo()
+        for name in ("VO", "V", "B", "G", "Q"):  # products of norms: never below the norm of the product
+            assert all(b >= a * (1 - 1e-12) for a, b in zip(getattr(small, name), getattr(large, name))), name
+        for h in range(2):  # the same quantity, with its own margins: above the exact value
+            exact = float(np.linalg.norm(nw.W_K[h] @ nw.b_Q[h])) / math.sqrt(nw.d) if kind == "dp" else 0.0
+            assert large.KbQ[h] >= exact
+        assert large.O >= small.O * (1 - 1e-12)
+        c, r = _box(3, weights.D, 1, 0.3)
+        box = Interval((c - r)[None], (c + r)[None])
+        bound = float((dp_structured_bound(box, nw, large) if kind == "dp"
+                       else l2_structured_bound(box, nw, large, 3))[0])
+        X = torch.from_numpy(_points_in_box(c, r, 48, 1))
+        assert jacobian_norm(jacobian(X, weights), "2").max().item() <= bound
+
+
+def test_the_worst_box_centre_is_in_the_domain_and_seeds_the_lower_bound():
+    from certify.adversarial import lower_bound
+
+    weights = random_weights("dp", 2, 2, seed=6, bias=True)
+    cert = local_bound(weights, 3, "2", Ball(2.0), time_budget=2.0, max_boxes=20, sdp_max_size=0)
+    centre = torch.tensor(cert.details["worst_box_centre"], dtype=torch.float64)
+    assert centre.shape == (3, 4) and (centre.norm(dim=-1) <= 2.0).all()
+    seeded = lower_bound(weights, 3, "2", Ball(2.0), restarts=2, steps=0, polish=0, starts=centre)
+    assert seeded.value >= jacobian_norm(jacobian(centre[None], weights), "2").item() * (1 - 1e-9)
+    assert seeded.value <= cert.value

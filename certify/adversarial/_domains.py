@@ -30,22 +30,33 @@ def symmetric(domain: Domain) -> bool:
     return isinstance(domain, (Global, Ball))
 
 
+def cpu64(weights: AttentionWeights) -> AttentionWeights:
+    """The weights in float64 on the CPU and detached, without a copy (and its validation) when they already are."""
+    if (weights.dtype == torch.float64 and weights.W_Q.device.type == "cpu"
+            and not any(t.requires_grad for t in weights.tensors().values())):
+        return weights
+    return weights.to(torch.float64, "cpu")
+
+
 def natural_scale(weights: AttentionWeights) -> float:
     """A per-token input norm at which attention scores are of order one.
 
     L2: 1 / max_h ||V_h||_2 (V_h = W^Q_h / d^{1/4}, so ||y|| ~ 1); dot product: 1 / sqrt(max_h ||A_h||_2).
     """
-    w = weights.to(torch.float64, "cpu")
+    w = cpu64(weights)
     if weights.kind == "dp":
-        sizes = [float(torch.linalg.matrix_norm(w.W_Q[h] @ w.W_K[h].T, ord=2)) / math.sqrt(w.d) for h in range(w.H)]
-        size = math.sqrt(max(sizes))
+        # ||W_Q W_K^T|| = ||R_Q R_K^T|| with W = Q R (thin QR): d x d work instead of a D x D SVD (BERT: 25 s)
+        R_Q, R_K = torch.linalg.qr(w.W_Q)[1], torch.linalg.qr(w.W_K)[1]
+        sizes = torch.linalg.matrix_norm(R_Q @ R_K.transpose(-1, -2), ord=2) / math.sqrt(w.d)
+        size = math.sqrt(float(sizes.max()))
     else:
         size = max(float(torch.linalg.matrix_norm(W, ord=2).max()) for W in (w.W_Q, w.W_K)) / w.d**0.25
     return 1.0 / size if size > 0 else 1.0
 
 
 def starting_points(weights: AttentionWeights, N: int, domain: Domain, restarts: int,
-                    generator: torch.Generator, scales: tuple[float, ...] = (0.3, 1.0, 2.0, 3.0)) -> torch.Tensor:
+                    generator: torch.Generator, scales: tuple[float, ...] = (0.3, 1.0, 2.0, 3.0),
+                    scale: float | None = None) -> torch.Tensor:
     """Gaussian starts, float64 on the CPU (B, N, D): per-token norm ~ scale * `natural_scale`, cycling the scales.
 
     In an eps-ball: the centre plus uniform noise of size eps; in a ball: scales capped at the radius.
@@ -55,7 +66,7 @@ def starting_points(weights: AttentionWeights, N: int, domain: Domain, restarts:
         noise = 2 * torch.rand(restarts, N, weights.D, generator=generator, dtype=torch.float64) - 1
         return project(domain.center.to(device="cpu", dtype=torch.float64) + domain.eps * noise, domain)
     factor = torch.tensor(scales, dtype=torch.float64)[torch.arange(restarts) % len(scales)]
-    factor = factor * natural_scale(weights)
+    factor = factor * (natural_scale(weights) if scale is None else scale)
     if isinstance(domain, Ball):
         factor = factor.clamp(max=domain.radius)
     return project(X * factor[:, None, None], domain)

@@ -13,6 +13,7 @@ All values are lower bounds on ||J(X)||_p at the current X; reported numbers are
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 import torch
 
@@ -53,19 +54,24 @@ def query_output(X: torch.Tensor, weights: AttentionWeights, t: int) -> torch.Te
     return out if weights.b_O is None else out + weights.b_O
 
 
-def row_block(X: torch.Tensor, weights: AttentionWeights, t: int, create_graph: bool) -> torch.Tensor:
-    """d F_t / d X, (B, D, N, D), by D reverse-mode passes through `query_output`."""
+def row_block(X: torch.Tensor, weights: AttentionWeights, t: int, create_graph: bool,
+              rows: Sequence[int] | None = None) -> torch.Tensor:
+    """d F_t / d X, (B, D, N, D) (or only the given output coordinates ``rows``: (B, len(rows), N, D)), by one
+    reverse-mode pass per row through `query_output`."""
     if not X.requires_grad:
         X = X.detach().requires_grad_(True)
     F_t = query_output(X, weights, t)
-    rows = [torch.autograd.grad(F_t[:, a].sum(), X, create_graph=create_graph, retain_graph=True)[0]
-            for a in range(weights.D)]
-    return torch.stack(rows, dim=1)
+    chosen = range(weights.D) if rows is None else rows
+    grads = [torch.autograd.grad(F_t[:, a].sum(), X, create_graph=create_graph, retain_graph=True)[0]
+             for a in chosen]
+    return torch.stack(grads, dim=1)
 
 
-def row_inf_norm(X: torch.Tensor, weights: AttentionWeights, t: int = 0) -> torch.Tensor:
-    """max over the D rows of block t of their absolute sums, (B,): a lower bound on ||J(X)||_inf."""
-    return row_block(X, weights, t, create_graph=True).abs().sum((-1, -2)).amax(-1)
+def row_inf_norm(X: torch.Tensor, weights: AttentionWeights, t: int = 0,
+                 rows: Sequence[int] | None = None) -> torch.Tensor:
+    """max over the D rows of block t (or over ``rows`` of them) of their absolute sums, (B,): a lower bound on
+    ||J(X)||_inf (a max over a subset of rows is still one)."""
+    return row_block(X, weights, t, create_graph=True, rows=rows).abs().sum((-1, -2)).amax(-1)
 
 
 def dense_norm(X: torch.Tensor, weights: AttentionWeights, norm: str) -> torch.Tensor:

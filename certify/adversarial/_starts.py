@@ -18,33 +18,40 @@ import torch
 from .._domain import Ball, Domain, EpsBall
 from ..attention import AttentionWeights
 from ..bounds import phi_inverse
-from ._domains import natural_scale, project
+from ._domains import cpu64, natural_scale, project
 
 
-def _directions(weights: AttentionWeights) -> torch.Tensor:
+def directions(weights: AttentionWeights) -> torch.Tensor:
     """Unit directions (k, D): top singular vectors of each head's W^Q (L2) or eigenvectors of A_h (DP)."""
-    w = weights.to(torch.float64, "cpu")
+    w = cpu64(weights)
     found = []
     for h in range(w.H):
         if w.kind == "dp":
-            A = w.W_Q[h] @ w.W_K[h].T
-            values, vectors = torch.linalg.eigh((A + A.T) / 2)
-            found += [vectors[:, -1], vectors[:, 0]]
+            # sym(W_Q W_K^T) = U S U^T with U = [W_Q, W_K] = Q R and S = [[0, I], [I, 0]] / 2, so its nonzero
+            # eigenpairs are those of R S R^T (2d x 2d) mapped by Q: no D x D eigendecomposition (BERT: 54 s)
+            U = torch.cat([w.W_Q[h], w.W_K[h]], dim=1)
+            Qm, R = torch.linalg.qr(U)
+            S = torch.zeros(2 * w.d, 2 * w.d, dtype=torch.float64)
+            S[: w.d, w.d :] = S[w.d :, : w.d] = 0.5 * torch.eye(w.d, dtype=torch.float64)
+            values, vectors = torch.linalg.eigh(R @ S @ R.T)
+            top, bottom = Qm @ vectors[:, -1], Qm @ vectors[:, 0]
+            found += [top / top.norm().clamp_min(1e-300), bottom / bottom.norm().clamp_min(1e-300)]
         else:
             U = torch.linalg.svd(w.W_Q[h], full_matrices=False)[0]
             found.append(U[:, 0])
     return torch.stack(found)
 
 
-def lemma_starts(weights: AttentionWeights, N: int, count: int, generator: torch.Generator) -> torch.Tensor:
+def lemma_starts(weights: AttentionWeights, N: int, count: int, generator: torch.Generator,
+                 found: torch.Tensor | None = None) -> torch.Tensor:
     """(count, N, D): token 0 at 0, the others at y-distance sqrt(1 + phi^{-1}(N-1)) on random sides, plus noise."""
-    w = weights.to(torch.float64, "cpu")
-    directions = _directions(w)
+    w = cpu64(weights)
+    units = directions(w) if found is None else found
     radius = math.sqrt(1 + phi_inverse(N - 1))
     starts = []
     for k in range(count):
-        u = directions[k % len(directions)]
-        h = (k % len(directions)) % w.H
+        u = units[k % len(units)]
+        h = (k % len(units)) % w.H
         length = radius / max(float((w.W_Q[h].T @ u).norm()) / w.d**0.25, 1e-12)
         signs = torch.where(torch.rand(N, generator=generator) < (k % 3) / 2, -1.0, 1.0).to(torch.float64)
         X = signs[:, None] * length * u[None, :]
@@ -55,19 +62,20 @@ def lemma_starts(weights: AttentionWeights, N: int, count: int, generator: torch
 
 
 def castin_starts(weights: AttentionWeights, N: int, domain: Domain, count: int,
-                  generator: torch.Generator) -> torch.Tensor:
+                  generator: torch.Generator, found: torch.Tensor | None = None,
+                  scale: float | None = None) -> torch.Tensor:
     """(count, N, D): X = R [u; u/2; ...; u/2] (and sign/scale variants), projected onto the domain."""
-    w = weights.to(torch.float64, "cpu")
-    directions = _directions(w)
+    w = cpu64(weights)
+    units = directions(w) if found is None else found
     if isinstance(domain, Ball):
         radii = [domain.radius]
     else:
-        radii = [natural_scale(w) * s for s in (1.0, 2.0, 4.0)]
+        radii = [(natural_scale(w) if scale is None else scale) * s for s in (1.0, 2.0, 4.0)]
     starts = []
     for k in range(count):
         j = k // 2
-        u = directions[j % len(directions)] * (1 if (j // len(directions)) % 2 == 0 else -1)
-        R = radii[(j // (2 * len(directions))) % len(radii)]
+        u = units[j % len(units)] * (1 if (j // len(units)) % 2 == 0 else -1)
+        R = radii[(j // (2 * len(units))) % len(radii)]
         if k % 2 == 0:
             X = (R / 2) * u.repeat(N, 1)
             X[0] = R * u

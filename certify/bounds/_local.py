@@ -29,6 +29,7 @@ import torch
 
 from .._domain import Ball, Domain, EpsBall
 from .._errors import InvalidInputError
+from .._memory import gib, memory_limit
 from .._result import Certificate
 from ..attention import AttentionWeights, check_tokens
 from ..interval import Interval
@@ -42,6 +43,29 @@ from ._local_vertex import vertex_bounds
 
 ENCLOSURES: tuple[str, ...] = ("auto", "direct", "mean-value")
 VERTEX_COORDINATES = 8
+DENSE_LOWER_COORDINATES = 512
+"""Above this N D the lower bounds at box centres use the matrix-free, time-limited `attained_norm` on one point
+instead of the dense Jacobians of a batch ((N D)^2 per point: 8 GiB for 64 points at N = D = 64)."""
+
+
+def enclosure_bytes(N: int, D: int, d: int, kind: str, boxes: int = 1, mean_value: bool = False) -> int:
+    """Estimated peak bytes of the entrywise enclosure of J (`box_enclosure`) over ``boxes`` boxes.
+
+    The result is an interval (N, D, N, D) (16 (N D)^2 bytes); the score and covariance intermediates are
+    (N, N, N, d) for DP and (N, N, N, d, d) for tied L2. Measured with tracemalloc at N D <= 384 the peak is at most
+    6.5 times 16 ((N D)^2 + N^3 d c) (c = 1 DP, d L2); we take 10. The mean-value form carries N D tangents.
+    """
+    n = N * D
+    per_box = 10 * 16 * (n * n + N**3 * d * (1 if kind == "dp" else d))
+    return int(boxes * per_box * ((n + 2) if mean_value else 1))
+
+
+def structured_bytes(N: int, D: int, d: int, boxes: int = 1, scores: bool = True) -> int:
+    """Estimated peak bytes of `structured_box_bound` over ``boxes`` boxes: measured <= 3.9 times
+    16 (N^2 D + N^3 d) with the interval scores (we take 6), <= 12 times 16 (N D + N^2) without them (we take 16)."""
+    if scores:
+        return int(boxes * 6 * 16 * (N * N * D + N**3 * d))
+    return int(boxes * 16 * 16 * (N * D + N * N))
 """With the mean-value enclosure and N D <= this, also use the first-order vertex bound (`_local_vertex`)."""
 
 
@@ -68,12 +92,14 @@ def box_enclosure(boxes: Interval, weights, enclosure: str) -> Interval:
     return jacobian_enclosure(boxes, weights)
 
 
-def structured_box_bound(boxes: Interval, nw, constants, N: int, norm: str, radius: float | None) -> np.ndarray:
-    """The norm-based bound of `_local_structured` per box (2-norm; times sqrt(N D) for the inf-norm)."""
+def structured_box_bound(boxes: Interval, nw, constants, N: int, norm: str, radius: float | None,
+                         scores: bool = True) -> np.ndarray:
+    """The norm-based bound of `_local_structured` per box (2-norm; times sqrt(N D) for the inf-norm);
+    scores=False: without the interval softmax (O(N D + N^2) memory)."""
     if nw.kind == "dp":
-        value = dp_structured_bound(boxes, nw, constants, radius)
+        value = dp_structured_bound(boxes, nw, constants, radius, scores=scores)
     else:
-        value = l2_structured_bound(boxes, nw, constants, N, radius)
+        value = l2_structured_bound(boxes, nw, constants, N, radius, scores=scores)
     if norm == "inf":
         value = value * math.sqrt(N * nw.D) * (1 + 1e-12)
     return value
@@ -155,8 +181,8 @@ def local_bound(
         N: number of tokens.
         norm: "2" or "inf".
         domain: `Ball(R)` or `EpsBall(X0, eps, p)`.
-        time_budget: seconds for the branch and bound; the adversarial lower bound (when `lower` is None) gets
-            0.2 * time_budget more (it may overrun on its first call, which warms up torch).
+        time_budget: seconds for the whole call: the adversarial lower bound (when `lower` is None) gets 20% of
+            it, the branch and bound the rest; no batch of boxes starts unless its measured cost fits.
         tolerance: stop once upper / lower <= tolerance.
         enclosure: "direct", "mean-value" or "auto" (mean-value when N D <= 16).
         sdp_max_size: use the SDP on the leading leaves (2-norm) when N D is at most this; 0 disables it.
@@ -190,12 +216,28 @@ def local_bound(
     D = w64.D
     if enclosure == "auto":
         enclosure = "mean-value" if N * D <= 16 else "direct"
-    use_sdp = norm == "2" and N * D <= sdp_max_size
     use_vertices = vertices and enclosure == "mean-value" and N * D <= VERTEX_COORDINATES
+    # memory: estimate before allocating; above the limit take the matrix-free (norm-based) path
+    limit = memory_limit()
+    parts: list[str] = []
+    entrywise_bytes = enclosure_bytes(N, D, w64.d, w64.kind, 1, enclosure == "mean-value" or use_vertices)
+    entrywise = entrywise_bytes <= limit
+    if not entrywise:
+        parts.append(f"entrywise enclosure skipped: would need {gib(entrywise_bytes)} per box "
+                     f"(limit {gib(limit)}); structured norm bound only")
+        use_vertices = False
+    scores_bytes = structured_bytes(N, D, w64.d, 1, scores=True)
+    scores = scores_bytes <= limit
+    if not scores:
+        parts.append(f"interval softmax skipped: would need {gib(scores_bytes)} per box; "
+                     f"structured bound with logit-range caps")
+    per_box = (entrywise_bytes if entrywise else 0) + structured_bytes(N, D, w64.d, 1, scores)
+    use_sdp = norm == "2" and N * D <= sdp_max_size and entrywise
     constants = structured_constants(nw)
     radius = domain.radius if isinstance(domain, Ball) else None
     symmetric = isinstance(domain, Ball)
     sign = symmetric and w64.b_Q is None and w64.b_K is None
+    dense_lower = N * D <= DENSE_LOWER_COORDINATES
 
     # lower bound: given, or adversarial ascent on a share of the budget
     root = initial_box(domain, N, D)  # validates the domain against (N, D) before any work
@@ -204,7 +246,8 @@ def local_bound(
         from ..adversarial import lower_bound
 
         try:
-            lower = lower_bound(w64, N, norm, domain, restarts=8, steps=150, seed=seed, seconds=0.2 * time_budget)
+            share = max(0.2 * time_budget - (time.perf_counter() - start), 0.05 * time_budget)
+            lower = lower_bound(w64, N, norm, domain, restarts=8, steps=150, seed=seed, seconds=share)
         except Exception as error:  # the lower bound only steers the search; the upper bound does not use it
             warnings.warn(f"adversarial lower bound failed ({error!r}); using sampled inputs only", stacklevel=2)
             lower = None
@@ -215,20 +258,32 @@ def local_bound(
     def lower_at(X: np.ndarray) -> None:
         nonlocal best_lower, witness
         Xp = _project(X, domain)
-        values = jacobian_norm(jacobian(torch.from_numpy(Xp), w64), norm)
-        top = int(values.argmax())
-        if float(values[top]) > best_lower:
-            best_lower, witness = float(values[top]), Xp[top].tolist()
+        if dense_lower:
+            values = jacobian_norm(jacobian(torch.from_numpy(Xp), w64), norm)
+            top = int(values.argmax())
+            value = float(values[top])
+        else:  # matrix-free and time-limited, one point (a Rayleigh value or a row subset: still attained)
+            from ..adversarial import attained_norm
+
+            top = 0
+            value = attained_norm(torch.from_numpy(Xp[0]), w64, norm, iterations=3,
+                                  seconds=0.02 * time_budget)[0]
+        if value > best_lower:
+            best_lower, witness = value, Xp[top].tolist()
 
     search_start = time.perf_counter()
+    deadline = start + time_budget
     counter = itertools.count()
     heap: list[tuple[float, int, bool, Interval]] = []  # (-bound, tie, sdp_refined, box)
     boxes = 0
     sdp_refinements = 0
     batch = 32 if N * D <= 16 else 8
+    batch = max(2, min(batch, int(limit // max(per_box, 1))))  # children per step, within the memory limit
+    box_seconds = 0.0  # measured cost of one box evaluation
 
     def evaluate(children: list[Interval], parent_bounds: list[float]) -> None:
-        nonlocal boxes
+        nonlocal boxes, box_seconds
+        began = time.perf_counter()
         boxes += len(children)
         stacked = Interval(np.stack([c.lo for c in children]), np.stack([c.hi for c in children]))
         shrunk, keep = shrink(stacked, domain, symmetric, sign)
@@ -236,16 +291,21 @@ def local_bound(
             return
         kept = Interval(shrunk.lo[keep], shrunk.hi[keep])
         parents = np.asarray(parent_bounds)[keep]
+        J = None
         if use_vertices:
             vertex, J = vertex_bounds(kept, nw, norm)
         else:
-            vertex, J = np.full(kept.shape[0], math.inf), box_enclosure(kept, nw, enclosure)
-        structured = structured_box_bound(kept, nw, constants, N, norm, radius)
-        lower_at(0.5 * kept.lo + 0.5 * kept.hi)
+            vertex = np.full(kept.shape[0], math.inf)
+            if entrywise:
+                J = box_enclosure(kept, nw, enclosure)
+        structured = structured_box_bound(kept, nw, constants, N, norm, radius, scores)
+        if dense_lower:
+            lower_at(0.5 * kept.lo + 0.5 * kept.hi)
         for b in range(kept.shape[0]):
-            entrywise = enclosure_bound(J[b], norm)
-            bound = min(entrywise, float(vertex[b]), float(structured[b]), float(parents[b]))
+            entrywise_bound = enclosure_bound(J[b], norm) if J is not None else math.inf
+            bound = min(entrywise_bound, float(vertex[b]), float(structured[b]), float(parents[b]))
             heapq.heappush(heap, (-bound, next(counter), False, kept[b]))
+        box_seconds = (time.perf_counter() - began) / len(children)
 
     progress = None
     if not quiet:
@@ -254,32 +314,40 @@ def local_bound(
         progress = progress_bar(total=None, desc="local bnb", unit="box", leave=False)
     stopped = "time"
     popped: list = []
+    root_done = False
     try:
         generator = np.random.default_rng(seed)
-        lower_at(generator.uniform(root.lo, root.hi, size=(64, N, D)))
+        lower_at(generator.uniform(root.lo, root.hi, size=(64 if dense_lower else 1, N, D)))
         evaluate([root], [math.inf])
+        root_done = True
         while heap:
             if -heap[0][0] <= best_lower * tolerance:
                 stopped = "tolerance"
                 break
-            elapsed = time.perf_counter() - search_start
-            if elapsed > time_budget:
+            now = time.perf_counter()
+            if now > deadline:
                 stopped = "time"
                 break
             if max_boxes is not None and boxes >= max_boxes:
                 stopped = "boxes"
                 break
-            if use_sdp and not heap[0][2] and elapsed > 0.5 * time_budget:
+            if use_sdp and not heap[0][2] and now > search_start + 0.5 * (deadline - search_start):
                 popped = [heapq.heappop(heap)]
                 neg_bound, _, _, box = popped[0]
                 J = box_enclosure(box, nw, enclosure)
-                limit = max(1.0, time_budget - elapsed)
-                value = min(-neg_bound, enclosure_bound(J, norm, sdp=True, time_limit=limit))
+                limit_s = max(1.0, deadline - now)
+                value = min(-neg_bound, enclosure_bound(J, norm, sdp=True, time_limit=limit_s))
                 sdp_refinements += 1
                 heapq.heappush(heap, (-value, next(counter), True, box))
                 popped = []
                 continue
-            popped = [heapq.heappop(heap) for _ in range(min(batch // 2, len(heap)))]
+            pairs = max(1, min(batch // 2, len(heap)))
+            if now + box_seconds * 2 * pairs > deadline:  # the measured cost of this batch would overrun
+                pairs = int((deadline - now) / max(2 * box_seconds, 1e-9))
+                if pairs < 1:
+                    stopped = "time"
+                    break
+            popped = [heapq.heappop(heap) for _ in range(min(pairs, len(heap)))]
             children, parents = [], []
             for neg_bound, _, _, box in popped:
                 for child in split(box):
@@ -297,12 +365,20 @@ def local_bound(
     finally:
         if progress is not None:
             progress.close()
-    upper = -heap[0][0] if heap else 0.0
-    if not heap:
-        stopped = "exhausted"
-    if not math.isfinite(upper):
+    if not root_done:  # interrupted before the first box was bounded: nothing is certified beyond infinity
+        upper = math.inf
+    else:
+        upper = -heap[0][0] if heap else 0.0
+        if not heap:
+            stopped = "exhausted"
+    if root_done and not math.isfinite(upper):
         raise InvalidInputError(f"the local branch and bound ended at {upper}: float64 overflowed for this layer")
     ratio = upper / best_lower if best_lower > 0 else math.inf
+    worst = None
+    if heap:  # the centre of the leaf with the largest bound, in the domain: a start for `lower_bound(starts=...)`
+        box = heap[0][3]
+        worst = _project((0.5 * box.lo + 0.5 * box.hi)[None], domain)[0].tolist()
+    ran = "; ".join(parts) if parts else "entrywise enclosure and structured bound on every box"
     return Certificate(
         value=float(upper),
         kind="upper",
@@ -311,7 +387,8 @@ def local_bound(
         scope=domain.scope,
         norm=norm,  # type: ignore[arg-type]
         seconds=time.perf_counter() - start,
-        message=f"branch and bound over boxes of X: upper / lower = {ratio:.4f} after {boxes} boxes ({stopped})",
+        message=f"branch and bound over boxes of X: upper / lower = {ratio:.4f} after {boxes} boxes ({stopped}); "
+                f"{ran}",
         details={
             "lower": best_lower,
             "witness": witness,
@@ -319,7 +396,13 @@ def local_bound(
             "boxes": boxes,
             "leaves": len(heap),
             "sdp_refinements": sdp_refinements,
-            "enclosure": enclosure,
+            "enclosure": enclosure if entrywise else "skipped",
+            "entrywise": entrywise,
+            "interval_scores": scores,
+            "memory_limit": limit,
+            "entrywise_bytes": entrywise_bytes,
+            "parts": parts,
+            "worst_box_centre": worst,
             "stopped": stopped,
         },
     )

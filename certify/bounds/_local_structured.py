@@ -44,7 +44,7 @@ import math
 import numpy as np
 
 from ..interval import Interval, isum
-from ..sdp._floating import ETA, gamma, norm2_upper, up
+from ..sdp._floating import ETA, gamma, lambda_min_lower, norm2_upper, sum_up, up
 from ._lambert import phi_inverse
 from ._local_enclosure import _Weights, dp_scores, l2_scores, point_einsum_any, token_differences
 from ._rounding import Scaled, power_of_two_scaled, round_up
@@ -78,6 +78,64 @@ def product_norm_upper(*matrices: np.ndarray) -> float:
     return Scaled.of(float(up(norm2_upper(product) + error)), exponent).round_up("a weight-product norm")
 
 
+GRAM_DIMENSION = 256
+"""Above this D the weight norms come from the small Gram matrices (`gram_norm2_upper`) and products of norms:
+the dilations of `norm2_upper` are (D + d)- or 2D-sized eigenproblems, 60 of them at BERT size (minutes)."""
+
+
+def gram_norm2_upper(A: np.ndarray) -> float:
+    """Proven upper bound on ||A||_2 from the Gram matrix of the smaller side (n x n for A m x n, m >= n).
+
+    G = fl(A^T A) has |G - A^T A| <= gamma_m |A|^T |A| entrywise (Higham, section 3.5), so
+    ||A^T A - G||_2 <= gamma_m || |A|^T |A| ||_F <= gamma_m ||A||_F^2, and ||A||_2^2 = lambda_max(A^T A)
+    <= -lambda_min_lower(-G) + gamma_m ||A||_F^2. G is made exactly symmetric by mirroring its upper triangle
+    (each entry is still one computed inner product).
+    """
+    A = np.asarray(A, dtype=np.float64)
+    if A.ndim != 2:
+        raise ValueError(f"A must be a matrix, got shape {A.shape}")
+    if A.shape[0] < A.shape[1]:
+        A = A.T
+    m, n = A.shape
+    if A.size == 0 or not np.any(A):
+        return 0.0
+    G = A.T @ A
+    G = np.triu(G) + np.triu(G, 1).T
+    frobenius2 = float(sum_up(up(A * A)))
+    square = up(-lambda_min_lower(-G) + up(gamma(m + 2) * frobenius2))
+    return float(up(np.sqrt(max(float(square), 0.0)) * (1 + 4e-16)))
+
+
+def _mul_up(*values: float) -> float:
+    product = 1.0
+    for value in values:
+        product = float(up(product * value))
+    return product
+
+
+def _gram_constants(w: _Weights, inv_sqrt_d: float) -> "StructuredConstants":
+    """`structured_constants` for large D: every product norm bounded by the product of Gram-based norms
+    (submultiplicativity; sound, possibly looser than the norm of the product)."""
+    VO, V, B, G, Q, KbQ = [], [], [], [], [], []
+    for h in range(w.H):
+        nQ, nK, nV, nO = (gram_norm2_upper(M) for M in (w.W_Q[h], w.W_K[h], w.W_V[h], w.W_O[h]))
+        VO.append(_mul_up(nV, nO))
+        V.append(nV)
+        if w.kind == "dp":
+            B.append(_mul_up(nK, nQ, inv_sqrt_d))
+            KbQ.append(0.0 if w.b_Q is None else _mul_up(gram_norm2_upper(w.W_K[h] @ w.b_Q[h][:, None]),
+                                                         1 + 1e-12, inv_sqrt_d))
+            G.append(0.0)
+            Q.append(0.0)
+        else:
+            B.append(_mul_up(nO, nV, nQ, nQ))
+            G.append(_mul_up(nO, nV, nQ))
+            Q.append(nQ)
+            KbQ.append(0.0)
+    return StructuredConstants(tuple(VO), tuple(V), gram_norm2_upper(w.W_O.reshape(-1, w.D)), tuple(B), tuple(G),
+                               tuple(Q), tuple(KbQ))
+
+
 @dataclasses.dataclass(frozen=True)
 class StructuredConstants:
     """Per-head weight norms used by the structured bounds (all proven upper bounds)."""
@@ -92,7 +150,10 @@ class StructuredConstants:
 
 
 def structured_constants(w: _Weights) -> StructuredConstants:
+    """The per-head weight norms, proven; above D = GRAM_DIMENSION from Gram matrices (`_gram_constants`)."""
     inv_sqrt_d = float(up(1.0 / math.sqrt(w.d)) * (1 + 1e-15))
+    if w.D > GRAM_DIMENSION:
+        return _gram_constants(w, inv_sqrt_d)
     VO, V, B, G, Q, KbQ = [], [], [], [], [], []
     for h in range(w.H):
         WQ, WK, WV, WO = w.W_Q[h], w.W_K[h], w.W_V[h], w.W_O[h]
@@ -161,16 +222,29 @@ def _P_norm_and_colsum(P_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.sqrt(c), c
 
 
-def dp_structured_bound(X: Interval, w: _Weights, k: StructuredConstants, radius: float | None = None) -> np.ndarray:
-    """Proven bound on max ||J(X)||_2 over each box X (..., N, D) for DP attention (module docstring)."""
-    dX = token_differences(X)
+def dp_structured_bound(X: Interval, w: _Weights, k: StructuredConstants, radius: float | None = None,
+                        scores: bool = True) -> np.ndarray:
+    """Proven bound on max ||J(X)||_2 over each box X (..., N, D) for DP attention (module docstring).
+
+    scores=False skips the interval enclosure of the attention matrix (O(N^3 d) memory per head) and of the
+    per-query second moments (O(N^2 D)): then P_il <= the logit-range bound `_p_max` and V_i <= V, in O(N D + N^2)
+    memory (the matrix-free path for large layers; the same inequalities with weaker inputs).
+    """
+    dX = token_differences(X) if scores else None
     V = _second_moment_bound(X, radius)
     token_norm = _token_norm(X, radius)
     N = X.shape[-2]
     per_head_VO, per_head_V = [], []
     inv_sqrt_d = 1.0 / math.sqrt(w.d)
     for h in range(w.H):
-        Q, _, P = dp_scores(X, dX, w, h)
+        if scores:
+            Q, _, P = dp_scores(X, dX, w, h)
+        else:
+            Q = point_einsum_any("...nD,Dc->...nc", X, w.W_Q[h])
+            if w.b_Q is not None:
+                Q = Q + w.b_Q[h]
+            ones = np.ones((*X.shape[:-1], N))
+            P = Interval(0.0 * ones, ones)
         Kq = point_einsum_any("...ic,Ec->...iE", Q, w.W_K[h])  # W_K q_i
         w_from_box = np.sqrt(np.max(np.sum(Kq.mag**2, axis=-1), axis=-1)) * inv_sqrt_d
         w_max = np.minimum(w_from_box, k.B[h] * token_norm + k.KbQ[h]) * (1 + 1e-12)
@@ -179,7 +253,10 @@ def dp_structured_bound(X: Interval, w: _Weights, k: StructuredConstants, radius
         Pn, c = _P_norm_and_colsum(P_hi)
         # per-query refinements: V_i <= sum_l P_hi[i, l] sup ||x_l - m_i||^2 with m_i the centre of xbar_i's
         # enclosure, and ||T||^2 <= max_l sum_i P_hi[i, l] ||w_i||^2 V_i (the Cauchy-Schwarz step kept per i)
-        V_i = np.minimum(_weighted_second_moment(X, Interval(np.minimum(P.lo, P_hi), P_hi)), V[..., None])  # (..., N)
+        if scores:
+            V_i = np.minimum(_weighted_second_moment(X, Interval(np.minimum(P.lo, P_hi), P_hi)), V[..., None])
+        else:
+            V_i = np.broadcast_to(V[..., None], (*V.shape, N))  # (..., N)
         w_i = np.sqrt(np.sum(Kq.mag**2, axis=-1)) * inv_sqrt_d * (1 + 1e-12)  # (..., N)
         w_i = np.minimum(w_i, w_max[..., None])
         T3 = np.sqrt(np.max(np.sum(P_hi * (w_i**2 * V_i)[..., :, None], axis=-2), axis=-1))
@@ -192,26 +269,32 @@ def dp_structured_bound(X: Interval, w: _Weights, k: StructuredConstants, radius
 
 
 def l2_structured_bound(
-    X: Interval, w: _Weights, k: StructuredConstants, N: int, radius: float | None = None
+    X: Interval, w: _Weights, k: StructuredConstants, N: int, radius: float | None = None, scores: bool = True
 ) -> np.ndarray:
     """Proven bound on max ||J(X)||_2 over each box X (..., N, D) for tied L2 attention (module docstring).
 
     With every token of norm <= r (box and ball), ||y_i - y_l|| <= 2 r ||W_Q||, which caps ||y_i - y_l||^2,
-    Var_i <= (r ||W_Q||)^2 and every P_il <= 1 / (1 + (N - 1) exp(-s (2 r ||W_Q||)^2)).
+    Var_i <= (r ||W_Q||)^2 and every P_il <= 1 / (1 + (N - 1) exp(-s (2 r ||W_Q||)^2)). scores=False uses only
+    these caps (no interval softmax, O(N^3 d) memory per head saved): the matrix-free path for large layers.
     """
-    dX = token_differences(X)
+    dX = token_differences(X) if scores else None
     token_norm = _token_norm(X, radius)
     s = 1.0 / math.sqrt(w.d)
     lemma = phi_inverse(N - 1) * math.sqrt(w.d) * (1 + 1e-15) if N > 1 else 0.0  # sup of Var_i in y coordinates
     column_cap = (N - 1) * math.sqrt(w.d) / math.e * (1 + 1e-15)
     total = 0.0
     for h in range(w.H):
-        dY, P = l2_scores(dX, w, h)
         spread = (2 * token_norm * k.Q[h]) ** 2 * (1 + 1e-12)  # >= ||y_i - y_l||^2
-        P_hi = np.minimum(P.hi, _p_max(N, spread * s * (1 + 1e-12))[..., None, None])
+        cap = _p_max(N, spread * s * (1 + 1e-12))[..., None, None]
+        if scores:
+            dY, P = l2_scores(dX, w, h)
+            P_hi = np.minimum(P.hi, cap)
+            D2 = np.maximum(isum(dY * dY, axis=-1).hi, 0.0)  # ||y_j - y_k||^2 upper, [..., j, k]
+            D2 = np.minimum(D2, spread[..., None, None])
+        else:
+            P_hi = np.broadcast_to(cap, (*spread.shape, N, N))
+            D2 = np.broadcast_to(spread[..., None, None], (*spread.shape, N, N))
         Pn, _ = _P_norm_and_colsum(P_hi)
-        D2 = np.maximum(isum(dY * dY, axis=-1).hi, 0.0)  # ||y_j - y_k||^2 upper, [..., j, k]
-        D2 = np.minimum(D2, spread[..., None, None])
         weighted = P_hi * np.swapaxes(D2, -1, -2)  # [i, l] = P_il ||y_l - y_i||^2 (upper)
         var_i = np.minimum(np.minimum(weighted.sum(axis=-1), lemma), ((token_norm * k.Q[h]) ** 2)[..., None])
         var = np.max(var_i, axis=-1)
