@@ -1,0 +1,243 @@
+"""A first-order Taylor form of J over a box: asymptotically exact local bounds (MATH.md section 7; issue 15).
+
+Let B be a box of inputs X (N x D), X0 a point of B and Delta = X - X0. For X in B the segment [X0, X] lies in B
+(a box is convex) and J is smooth, so entry by entry (fundamental theorem of calculus on t -> J(X0 + t Delta)):
+
+    J(X) = J(X0) + int_0^1 dJ(X0 + t Delta)[Delta] dt,
+
+where dJ(xi)[Delta] = sum_m Delta_m dJ/dX_m(xi) is the directional derivative. One forward pass of interval
+forward-mode differentiation (`_local_dual.Dual`) whose tangent has a *single* trailing axis, seeded with the box
+B as value and the interval direction B - X0 as tangent, returns T with dJ(xi)[Delta] in T for every xi in B and
+every Delta in B - X0 (inclusion property: the exact chain rule, applied to members of the operands, stays inside
+the interval operations). The integrand lies in the box T for every t, hence so does its integral, and
+
+    J(X) in J(X0) + T   for every X in B        (proofs/taylor_remainder.py).
+
+J(X0) is enclosed by the interval evaluation at the point box [X0, X0] (a few ulps wide). As B shrinks to X0,
+T -> 0, so the bound below tends to ||J(X0)||: the bound is asymptotically exact, unlike an enclosure of J over
+B. The cost is one forward pass with a tangent of size 1 (about 3x one enclosure of J), never (N D)^3.
+
+Norms (`certify.sdp`, each proven and rounded up): with J0 = [c - r, c + r] the centre's enclosure,
+- p = 2: ||J(X)||_2 <= ||c||_2 + || r + |T| ||_2 (triangle inequality; ||E||_2 <= || |E| ||_2 and monotonicity of
+  the spectral norm on nonnegative matrices), and the cheap bounds of the intersection of J0 + T with the direct
+  enclosure of J over B (the value part of the same pass) when that intersection is narrower;
+- p = inf: the exact row-sum bound of the intersection of J0 + T with the direct enclosure.
+
+Memory: the pass holds a few arrays of N^2 D^2 intervals per box (about `BYTES_PER_ENTRY` bytes per entry of J in
+all, measured); `check_memory` refuses above `MEMORY_LIMIT` bytes before allocating.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+
+import numpy as np
+import torch
+
+from .._domain import Ball, Domain, EpsBall
+from .._errors import InvalidInputError
+from .._result import Certificate
+from ..attention import AttentionWeights, check_tokens
+from ..interval import Interval, intersect, isum, round_down, round_up
+from ..jacobian import check_norm, jacobian, jacobian_norm
+from ..sdp import MatrixEnclosure, baseline_bound, inf_norm_bound, magnitude_bound
+from ..sdp._floating import norm2_upper
+from ._local_domain import initial_box
+from ._local_dual import Dual
+from ._local_enclosure import _Weights, jacobian_enclosure, numpy_weights
+
+BYTES_PER_ENTRY = 400
+"""Peak bytes per entry of J (N^2 D^2 entries per box) of one Taylor evaluation, rounded up from tracemalloc
+measurements (benchmarks/local_taylor.py prints the measured peak)."""
+
+MEMORY_LIMIT = 4 * 2**30
+"""Refuse a Taylor evaluation whose estimated peak exceeds this (bytes)."""
+
+
+def memory_estimate(N: int, D: int, boxes: int = 1) -> int:
+    """Estimated peak bytes of `taylor_enclosure` on `boxes` boxes of N x D inputs: BYTES_PER_ENTRY (N D)^2 per box."""
+    return int(BYTES_PER_ENTRY * (N * D) ** 2 * boxes)
+
+
+def check_memory(N: int, D: int, boxes: int = 1, limit: int = MEMORY_LIMIT) -> None:
+    """Raise InvalidInputError, naming the size, when the estimated peak exceeds `limit` bytes."""
+    need = memory_estimate(N, D, boxes)
+    if need > limit:
+        raise InvalidInputError(
+            f"the Taylor bound materialises J as (N, D, N, D) = ({N}, {D}, {N}, {D}) intervals per box: about "
+            f"{need / 2**30:.1f} GiB for {boxes} box(es), above the limit of {limit / 2**30:.1f} GiB "
+            f"(N D = {N * D}; the largest N D that fits one box is {int(math.sqrt(limit / BYTES_PER_ENTRY))})"
+        )
+
+
+def directional_seed(box: Interval, direction: Interval) -> Dual:
+    """A Dual over the box (..., N, D) whose tangent is the interval direction (..., N, D, 1): forward mode then
+    encloses the directional derivative df(xi)[Delta] for all xi in the box and Delta in the direction box."""
+    if box.shape != direction.shape:
+        raise InvalidInputError(f"box and direction must have one shape, got {box.shape} and {direction.shape}")
+    return Dual(box, direction.expand(-1))
+
+
+@dataclasses.dataclass(frozen=True)
+class TaylorEnclosure:
+    """J(X) in at_centre + remainder, and J(X) in direct, for every X in the box (module docstring).
+
+    Attributes:
+        at_centre: J(X0) enclosed at the point X0, (..., N, D, N, D).
+        remainder: T, enclosing dJ(xi)[X - X0] over xi, X in the box, (..., N, D, N, D).
+        direct: the interval evaluation of J over the box, (..., N, D, N, D).
+    """
+
+    at_centre: Interval
+    remainder: Interval
+    direct: Interval
+
+
+SEEDS: tuple[str, ...] = ("directional", "coordinates")
+COORDINATES_MAX = 96
+"""With seeds="auto", unit tangents (exact slope, (N D)^3 work: about 2 s at N D = 96 on this CPU) up to this N D."""
+
+
+def coordinate_remainder(box: Interval, centre: np.ndarray, w: _Weights, chunk: int = 16) -> tuple[Interval, Interval]:
+    """T = sum_m [-h_m, h_m] dJ/dX_m(box) (unit tangents, `chunk` coordinates per forward pass), and the direct
+    enclosure. Exact in each coordinate (no dependency between the terms of dJ/dX_m), at (N D)^3 cost."""
+    N, D = box.shape[-2:]
+    n = N * D
+    h = round_up(np.maximum(box.hi - centre, centre - box.lo)).reshape(*box.shape[:-2], n)
+    total, direct = None, None
+    for start in range(0, n, chunk):
+        K = min(chunk, n - start)
+        seed = np.zeros((N * D, K))
+        seed[start + np.arange(K), np.arange(K)] = 1.0
+        seed = np.broadcast_to(seed.reshape(N, D, K), (*box.shape, K))
+        dual = jacobian_enclosure(Dual(box, Interval(seed, seed)), w)
+        hk = h[..., start:start + K].reshape(*box.shape[:-2], 1, 1, 1, 1, K)
+        part = isum(dual.t * Interval(-hk, hk), axis=-1)
+        total = part if total is None else total + part
+        direct = dual.v
+    return total, direct
+
+
+def taylor_enclosure(box: Interval, centre: np.ndarray, w: _Weights, *, seeds: str = "directional",
+                     chunk: int = 16, remainder_scale: float = 1.0) -> TaylorEnclosure:
+    """The Taylor form of J over boxes (..., N, D) about points `centre` (..., N, D) inside them.
+
+    seeds: "directional" (one tangent holding the interval direction B - X0: cost about 3 enclosures of J) or
+    "coordinates" (unit tangents, T = sum_m [-h_m, h_m] dJ/dX_m(B), in chunks of `chunk` coordinates: (N D)^3
+    cost, but free of the dependency between the terms that share a coordinate, so its slope in eps is the exact
+    one entrywise). `remainder_scale` < 1 deliberately shrinks T (for tests that must catch a too-small
+    remainder); it is never used by a certified bound.
+    """
+    if seeds not in SEEDS:
+        raise InvalidInputError(f"seeds must be one of {SEEDS}, got {seeds!r}")
+    centre = np.asarray(centre, dtype=np.float64)
+    if centre.shape != box.shape:
+        raise InvalidInputError(f"the centre must have the box's shape {box.shape}, got {centre.shape}")
+    if np.any(centre < box.lo) or np.any(centre > box.hi):
+        raise InvalidInputError("the Taylor centre must lie in the box")
+    N, D = box.shape[-2:]
+    batch = int(np.prod(box.shape[:-2]))
+    check_memory(N, D, batch * (1 if seeds == "directional" else max(1, chunk // 2)))
+    if seeds == "directional":
+        direction = Interval(round_down(box.lo - centre), round_up(box.hi - centre))
+        dual = jacobian_enclosure(directional_seed(box, direction), w)
+        remainder, direct = dual.t[..., 0], dual.v
+    else:
+        remainder, direct = coordinate_remainder(box, centre, w, chunk)
+    if remainder_scale != 1.0:
+        remainder = Interval(remainder.lo * remainder_scale, remainder.hi * remainder_scale)
+    at_centre = jacobian_enclosure(Interval(centre, centre), w)
+    return TaylorEnclosure(at_centre, remainder, direct)
+
+
+def _matrix(x: Interval) -> tuple[np.ndarray, np.ndarray]:
+    N, D = x.shape[:2]
+    return x.lo.reshape(N * D, N * D), x.hi.reshape(N * D, N * D)
+
+
+def taylor_norm_bound(form: TaylorEnclosure, norm: str) -> float:
+    """Proven bound on max ||J(X)||_norm over the box of one Taylor form (module docstring); inf if unbounded."""
+    lo0, hi0 = _matrix(form.at_centre)
+    loT, hiT = _matrix(form.remainder)
+    if not all(np.all(np.isfinite(a)) for a in (lo0, hi0, loT, hiT)):
+        return math.inf
+    summed = form.at_centre + form.remainder
+    cut = intersect(summed, form.direct)
+    lo, hi = _matrix(cut)
+    enclosure = MatrixEnclosure.from_bounds(lo, hi)
+    if norm == "inf":
+        return inf_norm_bound(enclosure)
+    centre = MatrixEnclosure.from_bounds(lo0, hi0)
+    magnitude_T = np.maximum(np.abs(loT), np.abs(hiT))
+    radius = round_up(centre.radius + magnitude_T)
+    value = float(round_up(norm2_upper(centre.center) + norm2_upper(radius)))
+    if np.any(cut.lo > summed.lo) or np.any(cut.hi < summed.hi):  # the direct enclosure cut something
+        value = min(value, baseline_bound(enclosure), magnitude_bound(enclosure))
+    return value
+
+
+def resolve_seeds(seeds: str, N: int, D: int) -> str:
+    """"auto": "coordinates" when N D <= COORDINATES_MAX, else "directional"."""
+    if seeds == "auto":
+        return "coordinates" if N * D <= COORDINATES_MAX else "directional"
+    if seeds not in SEEDS:
+        raise InvalidInputError(f"seeds must be 'auto' or one of {SEEDS}, got {seeds!r}")
+    return seeds
+
+
+def taylor_box_bounds(boxes: Interval, w: _Weights, norm: str, seeds: str = "auto") -> tuple[np.ndarray, Interval]:
+    """Per box (B, N, D): the Taylor bound about the box's midpoint, and the direct enclosure of J (B, N, D, N, D)."""
+    centre = np.clip(0.5 * boxes.lo + 0.5 * boxes.hi, boxes.lo, boxes.hi)
+    form = taylor_enclosure(boxes, centre, w, seeds=resolve_seeds(seeds, *boxes.shape[-2:]))
+    values = np.array([taylor_norm_bound(TaylorEnclosure(form.at_centre[b], form.remainder[b], form.direct[b]), norm)
+                       for b in range(boxes.shape[0])])
+    return values, form.direct
+
+
+def taylor_bound(weights: AttentionWeights, N: int, norm: str = "2", domain: Domain = Ball(1.0), *,
+                 seeds: str = "auto", **_: object) -> Certificate:
+    """Certified bound on Lip_norm(F) over a local domain from one Taylor form (module docstring).
+
+    EpsBall(X0, eps, p): the box X0 +- eps about X0 (it contains the ball for both p); Ball(R): the box [-R, R]^{N D}
+    about 0 (valid, but loose: use the branch and bound there). seeds: "auto", "directional" or "coordinates"
+    (`taylor_enclosure`). The lower bound in the details is ||J(X0)||_norm,
+    attained at the centre, which lies in the domain.
+
+    Returns Certificate(kind="upper", certified=True, method="taylor"), details: lower, ratio, at_centre (a proven
+    upper bound on ||J(X0)||, the limit of the bound as eps -> 0), remainder (value minus at_centre), memory_estimate.
+    """
+    start = time.perf_counter()
+    check_tokens(N)
+    check_norm(norm)
+    if weights.kind not in ("dp", "l2"):
+        raise InvalidInputError(f"the Taylor bound covers kinds 'dp' and 'l2', got {weights.kind!r}")
+    if not isinstance(domain, (Ball, EpsBall)):
+        raise InvalidInputError(f"the Taylor bound needs Ball(R) or EpsBall(X0, eps), got {domain!r}")
+    w64 = weights.to(torch.float64, "cpu")
+    D = w64.D
+    box = initial_box(domain, N, D)  # checks the centre's shape
+    check_memory(N, D)
+    nw = numpy_weights(w64)
+    if isinstance(domain, EpsBall):
+        X0 = domain.center.detach().to(torch.float64).cpu().numpy()
+    else:
+        X0 = np.zeros((N, D))
+    seeds = resolve_seeds(seeds, N, D)
+    form = taylor_enclosure(box, X0, nw, seeds=seeds)
+    value = taylor_norm_bound(form, norm)
+    lo0, hi0 = _matrix(form.at_centre)
+    centre = MatrixEnclosure.from_bounds(lo0, hi0)
+    at_centre = inf_norm_bound(centre) if norm == "inf" else baseline_bound(centre)
+    lower = float(jacobian_norm(jacobian(torch.from_numpy(X0)[None], w64), norm)[0])
+    ratio = value / lower if lower > 0 else math.inf
+    return Certificate(
+        value=float(value), kind="upper", certified=True, method="taylor", scope=domain.scope,
+        norm=norm,  # type: ignore[arg-type]
+        seconds=time.perf_counter() - start,
+        message=(f"first-order Taylor form about the centre: ||J(X0)|| <= {at_centre:.6g} plus the remainder "
+                 f"(proofs/taylor_remainder.py); upper / ||J(X0)|| = {ratio:.4f}"),
+        details={"lower": lower, "witness": X0.tolist(), "ratio": ratio, "at_centre": at_centre,
+                 "remainder": value - at_centre, "seeds": seeds, "memory_estimate": memory_estimate(N, D)},
+    )
