@@ -43,7 +43,7 @@ from ..attention import AttentionWeights, check_tokens
 from ..interval import Interval, intersect, isum, round_down, round_up
 from ..jacobian import check_norm, jacobian, jacobian_norm
 from ..sdp import MatrixEnclosure, baseline_bound, inf_norm_bound, magnitude_bound
-from ..sdp._floating import norm2_upper
+from ..sdp._floating import ETA, U, norm2_upper, up
 from ._local_domain import initial_box
 from ._local_dual import Dual
 from ._local_enclosure import _Weights, jacobian_enclosure, numpy_weights
@@ -96,6 +96,8 @@ class TaylorEnclosure:
 
 
 SEEDS: tuple[str, ...] = ("directional", "coordinates")
+CUT_MAX = 256
+"""For p = 2, the dense norm bounds of the cut enclosure (two more eigenvalue problems) only up to this N D."""
 COORDINATES_MAX = 96
 """With seeds="auto", unit tangents (exact slope, (N D)^3 work: about 2 s at N D = 96 on this CPU) up to this N D."""
 
@@ -157,8 +159,40 @@ def _matrix(x: Interval) -> tuple[np.ndarray, np.ndarray]:
     return x.lo.reshape(N * D, N * D), x.hi.reshape(N * D, N * D)
 
 
-def taylor_norm_bound(form: TaylorEnclosure, norm: str) -> float:
-    """Proven bound on max ||J(X)||_norm over the box of one Taylor form (module docstring); inf if unbounded."""
+def nonnegative_norm2_upper(R: np.ndarray, iterations: int = 30) -> float:
+    """A proven upper bound on ||R||_2 for a nonnegative float matrix R, in O(iterations * size) work.
+
+    Collatz-Wielandt: for a nonnegative square matrix A and any x > 0, rho(A) <= max_i (A x)_i / x_i. With
+    A = R^T R, ||R||_2^2 = rho(A). x comes from power iteration (floored at 1e-3 max x, so x > 0); A x is formed as
+    R^T (R x) with every product and sum of nonnegative terms rounded up by the margin of `sum_up` (relative
+    2 (n + 2) u per matrix-vector product, plus underflow), so the computed ratio bounds the exact one.
+    """
+    R = np.asarray(R, dtype=np.float64)
+    if R.size == 0 or not np.any(R):
+        return 0.0
+    if np.any(R < 0) or not np.all(np.isfinite(R)):
+        raise ValueError("nonnegative_norm2_upper needs a finite nonnegative matrix")
+    x = np.ones(R.shape[1])
+    for _ in range(iterations):
+        y = R.T @ (R @ x)
+        top = y.max()
+        if not top > 0:
+            break
+        x = y / top
+    x = np.maximum(x, 1e-3 * x.max())
+    m, n = R.shape
+    u = up(up(R @ x) * (1.0 + 2.0 * (n + 2) * U) + (n + 1) * ETA)
+    v = up(up(R.T @ u) * (1.0 + 2.0 * (m + 2) * U) + (m + 1) * ETA)
+    ratio = up(up(v / x).max() * (1.0 + 4.0 * U))
+    return float(up(np.sqrt(ratio) * (1.0 + 4.0 * U)))
+
+
+def taylor_norm_bound(form: TaylorEnclosure, norm: str, centre_value: float | None = None) -> float:
+    """Proven bound on max ||J(X)||_norm over the box of one Taylor form (module docstring); inf if unbounded.
+
+    For p = 2: ||c||_2 (`norm2_upper`; pass `centre_value` >= it to reuse one) + || r + |T| ||_2
+    (`nonnegative_norm2_upper`), and, when N D <= CUT_MAX and the direct enclosure cut J0 + T, the cheap bounds of
+    the cut enclosure."""
     lo0, hi0 = _matrix(form.at_centre)
     loT, hiT = _matrix(form.remainder)
     if not all(np.all(np.isfinite(a)) for a in (lo0, hi0, loT, hiT)):
@@ -170,10 +204,11 @@ def taylor_norm_bound(form: TaylorEnclosure, norm: str) -> float:
     if norm == "inf":
         return inf_norm_bound(enclosure)
     centre = MatrixEnclosure.from_bounds(lo0, hi0)
-    magnitude_T = np.maximum(np.abs(loT), np.abs(hiT))
-    radius = round_up(centre.radius + magnitude_T)
-    value = float(round_up(norm2_upper(centre.center) + norm2_upper(radius)))
-    if np.any(cut.lo > summed.lo) or np.any(cut.hi < summed.hi):  # the direct enclosure cut something
+    radius = round_up(centre.radius + np.maximum(np.abs(loT), np.abs(hiT)))
+    c_norm = norm2_upper(centre.center) if centre_value is None else centre_value
+    value = float(up(c_norm + nonnegative_norm2_upper(radius)))
+    narrower = np.any(cut.lo > summed.lo) or np.any(cut.hi < summed.hi)
+    if narrower and lo.shape[0] <= CUT_MAX:  # the direct enclosure cut something
         value = min(value, baseline_bound(enclosure), magnitude_bound(enclosure))
     return value
 
@@ -226,10 +261,13 @@ def taylor_bound(weights: AttentionWeights, N: int, norm: str = "2", domain: Dom
         X0 = np.zeros((N, D))
     seeds = resolve_seeds(seeds, N, D)
     form = taylor_enclosure(box, X0, nw, seeds=seeds)
-    value = taylor_norm_bound(form, norm)
-    lo0, hi0 = _matrix(form.at_centre)
-    centre = MatrixEnclosure.from_bounds(lo0, hi0)
-    at_centre = inf_norm_bound(centre) if norm == "inf" else baseline_bound(centre)
+    centre = MatrixEnclosure.from_bounds(*_matrix(form.at_centre))
+    if norm == "2":
+        c_norm = norm2_upper(centre.center)
+        at_centre = float(up(c_norm + nonnegative_norm2_upper(centre.radius)))
+        value = taylor_norm_bound(form, norm, c_norm)
+    else:
+        at_centre, value = inf_norm_bound(centre), taylor_norm_bound(form, norm)
     lower = float(jacobian_norm(jacobian(torch.from_numpy(X0)[None], w64), norm)[0])
     ratio = value / lower if lower > 0 else math.inf
     return Certificate(
