@@ -38,6 +38,7 @@ from ..sdp import MatrixEnclosure, SDPFallbackWarning, baseline_bound, enclosure
 from ._rounding import Scaled, scaled_norm
 from ._local_domain import initial_box, shrink, split
 from ._local_enclosure import jacobian_enclosure, mean_value_enclosure, numpy_weights
+from ._local_taylor import MEMORY_LIMIT, memory_estimate, taylor_box_bounds
 from ._local_structured import dp_structured_bound, l2_structured_bound, structured_constants
 from ._local_vertex import vertex_bounds
 
@@ -173,6 +174,7 @@ def local_bound(
     vertices: bool = False,
     quiet: bool = True,
     seed: int = 0,
+    taylor: bool = True,
 ) -> Certificate:
     """Certified upper bound on Lip_norm(F) over a local domain, by branch and bound (module docstring).
 
@@ -192,6 +194,8 @@ def local_bound(
             "mean-value" (tight on small boxes, useless on large ones; off by default as it halves throughput).
         quiet: no progress bar.
         seed: for the adversarial ascent.
+        taylor: with the direct enclosure, also bound each box by the first-order Taylor form about its midpoint
+            (`_local_taylor`: asymptotically exact as boxes shrink; its value part is the direct enclosure).
 
     Returns:
         Certificate(kind="upper", certified=True, method="local-bnb"), details: lower, ratio, boxes, leaves,
@@ -233,6 +237,8 @@ def local_bound(
                      f"structured bound with logit-range caps")
     per_box = (entrywise_bytes if entrywise else 0) + structured_bytes(N, D, w64.d, 1, scores)
     use_sdp = norm == "2" and N * D <= sdp_max_size and entrywise
+    use_taylor = (taylor and enclosure == "direct" and entrywise
+                  and memory_estimate(N, D, 8) <= min(MEMORY_LIMIT, limit))
     constants = structured_constants(nw)
     radius = domain.radius if isinstance(domain, Ball) else None
     symmetric = isinstance(domain, Ball)
@@ -294,6 +300,8 @@ def local_bound(
         J = None
         if use_vertices:
             vertex, J = vertex_bounds(kept, nw, norm)
+        elif use_taylor:  # the root gets the exact-slope seeds when they are cheap; later boxes the directional one
+            vertex, J = taylor_box_bounds(kept, nw, norm, seeds="auto" if boxes == 1 else "directional")
         else:
             vertex = np.full(kept.shape[0], math.inf)
             if entrywise:

@@ -22,6 +22,7 @@ from ..attention import AttentionWeights
 from ._branch_and_bound import branch_and_bound, global_bnb_applies
 from ._castin import castin_bound
 from ._factorised import factorised_bound
+from ._local_taylor import MEMORY_LIMIT, memory_estimate, taylor_bound
 from ._paper import paper_bound
 
 
@@ -74,3 +75,8 @@ register(Method("sdp", ("dp", "l2"), (Ball, EpsBall),
                 lambda w, N, norm, domain, **options: branch_and_bound(w, N, norm, domain, sdp=True, **options),
                 "local branch and bound with certified SDP norm bounds on the leading boxes (certify.sdp)",
                 norms=("2",), default=False))
+register(Method("taylor", ("dp", "l2"), (Ball, EpsBall),
+                lambda w, N, norm, domain, **_: taylor_bound(w, N, norm, domain),
+                "first-order Taylor form of J about the centre: ||J(X0)|| plus a certified remainder, exact as "
+                "eps -> 0 (proofs/taylor_remainder.py)",
+                extra=lambda w, N, domain: memory_estimate(N, w.D) <= MEMORY_LIMIT))

@@ -1,0 +1,346 @@
+"""A first-order Taylor form of J over a box: asymptotically exact local bounds (MATH.md section 7; issue 15).
+
+Let B be a box of inputs X (N x D), X0 a point of B and Delta = X - X0. For X in B the segment [X0, X] lies in B
+(a box is convex) and J is smooth, so entry by entry (fundamental theorem of calculus on t -> J(X0 + t Delta)):
+
+    J(X) = J(X0) + int_0^1 dJ(X0 + t Delta)[Delta] dt,
+
+where dJ(xi)[Delta] = sum_m Delta_m dJ/dX_m(xi) is the directional derivative. One forward pass of interval
+forward-mode differentiation (`_local_dual.Dual`) whose tangent has a *single* trailing axis, seeded with the box
+B as value and the interval direction B - X0 as tangent, returns T with dJ(xi)[Delta] in T for every xi in B and
+every Delta in B - X0 (inclusion property: the exact chain rule, applied to members of the operands, stays inside
+the interval operations). The integrand lies in the box T for every t, hence so does its integral, and
+
+    J(X) in J(X0) + T   for every X in B        (proofs/taylor_remainder.py).
+
+J(X0) is enclosed by the interval evaluation at the point box [X0, X0] (a few ulps wide). As B shrinks to X0,
+T -> 0, so the bound below tends to ||J(X0)||: the bound is asymptotically exact, unlike an enclosure of J over
+B. The cost is one forward pass with a tangent of size 1 (about 3x one enclosure of J), never (N D)^3.
+
+Norms (`certify.sdp`, each proven and rounded up): with J0 = [c - r, c + r] the centre's enclosure,
+- p = 2: ||J(X)||_2 <= ||c||_2 + || r + |T| ||_2 (triangle inequality; ||E||_2 <= || |E| ||_2 and monotonicity of
+  the spectral norm on nonnegative matrices), and the cheap bounds of the intersection of J0 + T with the direct
+  enclosure of J over B (the value part of the same pass) when that intersection is narrower;
+- p = inf: the exact row-sum bound of the intersection of J0 + T with the direct enclosure.
+
+Memory: the pass holds a few arrays of N^2 D^2 intervals per box (about `BYTES_PER_ENTRY` bytes per entry of J in
+all, measured); `check_memory` refuses above `MEMORY_LIMIT` bytes before allocating.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+
+import numpy as np
+import torch
+
+from .._domain import Ball, Domain, EpsBall
+from .._errors import InvalidInputError
+from .._result import Certificate
+from ..attention import AttentionWeights, check_tokens
+from ..interval import Interval, intersect, isum, round_down, round_up
+from ..jacobian import check_norm, jacobian, jacobian_norm
+from ..sdp import MatrixEnclosure, baseline_bound, inf_norm_bound
+from ..sdp._floating import ETA, U, norm2_upper, up
+from ._local_domain import initial_box
+from ._local_dual import Dual
+from ._local_enclosure import _Weights, jacobian_enclosure, numpy_weights
+
+BYTES_PER_ENTRY = 400
+"""Peak bytes per entry of J (N^2 D^2 entries per box) of one Taylor evaluation, rounded up from tracemalloc
+measurements (benchmarks/local_taylor.py prints the measured peak)."""
+
+MEMORY_LIMIT = 4 * 2**30
+"""Refuse a Taylor evaluation whose estimated peak exceeds this (bytes)."""
+
+
+def memory_estimate(N: int, D: int, boxes: int = 1) -> int:
+    """Estimated peak bytes of `taylor_enclosure` on `boxes` boxes of N x D inputs: BYTES_PER_ENTRY (N D)^2 per box."""
+    return int(BYTES_PER_ENTRY * (N * D) ** 2 * boxes)
+
+
+def check_memory(N: int, D: int, boxes: int = 1, limit: int = MEMORY_LIMIT) -> None:
+    """Raise InvalidInputError, naming the size, when the estimated peak exceeds `limit` bytes."""
+    need = memory_estimate(N, D, boxes)
+    if need > limit:
+        raise InvalidInputError(
+            f"the Taylor bound materialises J as (N, D, N, D) = ({N}, {D}, {N}, {D}) intervals per box: about "
+            f"{need / 2**30:.1f} GiB for {boxes} box(es), above the limit of {limit / 2**30:.1f} GiB "
+            f"(N D = {N * D}; the largest N D that fits one box is {int(math.sqrt(limit / BYTES_PER_ENTRY))})"
+        )
+
+
+def directional_seed(box: Interval, direction: Interval) -> Dual:
+    """A Dual over the box (..., N, D) whose tangent is the interval direction (..., N, D, 1): forward mode then
+    encloses the directional derivative df(xi)[Delta] for all xi in the box and Delta in the direction box."""
+    if box.shape != direction.shape:
+        raise InvalidInputError(f"box and direction must have one shape, got {box.shape} and {direction.shape}")
+    return Dual(box, direction.expand(-1))
+
+
+@dataclasses.dataclass(frozen=True)
+class TaylorEnclosure:
+    """J(X) in at_centre + remainder, and J(X) in direct, for every X in the box (module docstring).
+
+    Attributes:
+        at_centre: J(X0) enclosed at the point X0, (..., N, D, N, D).
+        remainder: T, enclosing dJ(xi)[X - X0] over xi, X in the box, (..., N, D, N, D).
+        direct: the interval evaluation of J over the box, (..., N, D, N, D).
+    """
+
+    at_centre: Interval
+    remainder: Interval
+    direct: Interval
+
+
+SEEDS: tuple[str, ...] = ("directional", "coordinates", "layered")
+CUT_MAX = 256
+"""For p = 2, the dense norm bounds of the cut enclosure (two more eigenvalue problems) only up to this N D."""
+COORDINATES_MAX = 96
+"""With seeds="auto", unit tangents (exact slope, (N D)^3 work: about 2 s at N D = 96 on this CPU) up to this N D."""
+
+
+def coordinate_remainder(box: Interval, centre: np.ndarray, w: _Weights, chunk: int = 16) -> tuple[Interval, Interval]:
+    """T = sum_m [-h_m, h_m] dJ/dX_m(box) (unit tangents, `chunk` coordinates per forward pass), and the direct
+    enclosure. Exact in each coordinate (no dependency between the terms of dJ/dX_m), at (N D)^3 cost."""
+    N, D = box.shape[-2:]
+    n = N * D
+    h = round_up(np.maximum(box.hi - centre, centre - box.lo)).reshape(*box.shape[:-2], n)
+    total, direct = None, None
+    for start in range(0, n, chunk):
+        K = min(chunk, n - start)
+        seed = np.zeros((N * D, K))
+        seed[start + np.arange(K), np.arange(K)] = 1.0
+        seed = np.broadcast_to(seed.reshape(N, D, K), (*box.shape, K))
+        dual = jacobian_enclosure(Dual(box, Interval(seed, seed)), w)
+        hk = h[..., start:start + K].reshape(*box.shape[:-2], 1, 1, 1, 1, K)
+        part = isum(dual.t * Interval(-hk, hk), axis=-1)
+        total = part if total is None else total + part
+        direct = dual.v
+    return total, direct
+
+
+def taylor_enclosure(box: Interval, centre: np.ndarray, w: _Weights, *, seeds: str = "directional",
+                     chunk: int = 16, remainder_scale: float = 1.0) -> TaylorEnclosure:
+    """The Taylor form of J over boxes (..., N, D) about points `centre` (..., N, D) inside them.
+
+    seeds: "directional" (one tangent holding the interval direction B - X0: cost about 3 enclosures of J) or
+    "coordinates" (unit tangents, T = sum_m [-h_m, h_m] dJ/dX_m(B), in chunks of `chunk` coordinates: (N D)^3
+    cost, but free of the dependency between the terms that share a coordinate, so its slope in eps is the exact
+    one entrywise) or "layered" (DP, one box: `dp_layered_enclosure`; 4-5x tighter remainder than "directional"
+    on small layers, but slow: over 10 minutes at N = 17, D = 48 here). `remainder_scale` < 1 deliberately shrinks T (for tests that must catch a too-small
+    remainder); it is never used by a certified bound.
+    """
+    if seeds not in SEEDS:
+        raise InvalidInputError(f"seeds must be one of {SEEDS}, got {seeds!r}")
+    centre = np.asarray(centre, dtype=np.float64)
+    if centre.shape != box.shape:
+        raise InvalidInputError(f"the centre must have the box's shape {box.shape}, got {centre.shape}")
+    if np.any(centre < box.lo) or np.any(centre > box.hi):
+        raise InvalidInputError("the Taylor centre must lie in the box")
+    N, D = box.shape[-2:]
+    batch = int(np.prod(box.shape[:-2]))
+    check_memory(N, D, batch * (1 if seeds == "directional" else max(1, chunk // 2)))
+    if seeds == "directional":
+        direction = Interval(round_down(box.lo - centre), round_up(box.hi - centre))
+        dual = jacobian_enclosure(directional_seed(box, direction), w)
+        remainder, direct = dual.t[..., 0], dual.v
+    elif seeds == "layered":
+        if w.kind != "dp" or box.lo.ndim != 2:
+            raise InvalidInputError("seeds='layered' covers one box (N, D) of a DP layer")
+        remainder, direct = dp_layered_enclosure(box, centre, w, chunk)
+    else:
+        remainder, direct = coordinate_remainder(box, centre, w, chunk)
+    if remainder_scale != 1.0:
+        remainder = Interval(remainder.lo * remainder_scale, remainder.hi * remainder_scale)
+    at_centre = jacobian_enclosure(Interval(centre, centre), w)
+    return TaylorEnclosure(at_centre, remainder, direct)
+
+
+def _matrix(x: Interval) -> tuple[np.ndarray, np.ndarray]:
+    N, D = x.shape[:2]
+    return x.lo.reshape(N * D, N * D), x.hi.reshape(N * D, N * D)
+
+
+def nonnegative_norm2_upper(R: np.ndarray, iterations: int = 30) -> float:
+    """A proven upper bound on ||R||_2 for a nonnegative float matrix R, in O(iterations * size) work.
+
+    Collatz-Wielandt: for a nonnegative square matrix A and any x > 0, rho(A) <= max_i (A x)_i / x_i. With
+    A = R^T R, ||R||_2^2 = rho(A). x comes from power iteration (floored at 1e-3 max x, so x > 0); A x is formed as
+    R^T (R x) with every product and sum of nonnegative terms rounded up by the margin of `sum_up` (relative
+    2 (n + 2) u per matrix-vector product, plus underflow), so the computed ratio bounds the exact one.
+    """
+    R = np.asarray(R, dtype=np.float64)
+    if R.size == 0 or not np.any(R):
+        return 0.0
+    if np.any(R < 0) or not np.all(np.isfinite(R)):
+        raise ValueError("nonnegative_norm2_upper needs a finite nonnegative matrix")
+    x = np.ones(R.shape[1])
+    for _ in range(iterations):
+        y = R.T @ (R @ x)
+        top = y.max()
+        if not top > 0:
+            break
+        x = y / top
+    x = np.maximum(x, 1e-3 * x.max())
+    m, n = R.shape
+    u = up(up(R @ x) * (1.0 + 2.0 * (n + 2) * U) + (n + 1) * ETA)
+    v = up(up(R.T @ u) * (1.0 + 2.0 * (m + 2) * U) + (m + 1) * ETA)
+    ratio = up(up(v / x).max() * (1.0 + 4.0 * U))
+    return float(up(np.sqrt(ratio) * (1.0 + 4.0 * U)))
+
+
+def taylor_norm_bound(form: TaylorEnclosure, norm: str, centre_value: float | None = None) -> float:
+    """Proven bound on max ||J(X)||_norm over the box of one Taylor form (module docstring); inf if unbounded.
+
+    For p = 2: ||c||_2 (`norm2_upper`; pass `centre_value` >= it to reuse one) + || r + |T| ||_2
+    (`nonnegative_norm2_upper`), and, when the direct enclosure cut J0 + T, || |cut| ||_2 and (N D <= CUT_MAX)
+    the baseline of the cut enclosure."""
+    lo0, hi0 = _matrix(form.at_centre)
+    loT, hiT = _matrix(form.remainder)
+    if not all(np.all(np.isfinite(a)) for a in (lo0, hi0, loT, hiT)):
+        return math.inf
+    summed = form.at_centre + form.remainder
+    cut = intersect(summed, form.direct)
+    lo, hi = _matrix(cut)
+    enclosure = MatrixEnclosure.from_bounds(lo, hi)
+    if norm == "inf":
+        return inf_norm_bound(enclosure)
+    centre = MatrixEnclosure.from_bounds(lo0, hi0)
+    radius = round_up(centre.radius + np.maximum(np.abs(loT), np.abs(hiT)))
+    c_norm = norm2_upper(centre.center) if centre_value is None else centre_value
+    value = float(up(c_norm + nonnegative_norm2_upper(radius)))
+    if np.any(cut.lo > summed.lo) or np.any(cut.hi < summed.hi):  # the direct enclosure cut something
+        value = min(value, nonnegative_norm2_upper(enclosure.magnitude()))
+        if lo.shape[0] <= CUT_MAX:
+            value = min(value, baseline_bound(enclosure))
+    return value
+
+
+def resolve_seeds(seeds: str, N: int, D: int) -> str:
+    """"auto": "coordinates" when N D <= COORDINATES_MAX, else "directional"."""
+    if seeds == "auto":
+        return "coordinates" if N * D <= COORDINATES_MAX else "directional"
+    if seeds not in SEEDS:
+        raise InvalidInputError(f"seeds must be 'auto' or one of {SEEDS}, got {seeds!r}")
+    return seeds
+
+
+def taylor_box_bounds(boxes: Interval, w: _Weights, norm: str, seeds: str = "auto") -> tuple[np.ndarray, Interval]:
+    """Per box (B, N, D): the Taylor bound about the box's midpoint, and the direct enclosure of J (B, N, D, N, D)."""
+    centre = np.clip(0.5 * boxes.lo + 0.5 * boxes.hi, boxes.lo, boxes.hi)
+    form = taylor_enclosure(boxes, centre, w, seeds=resolve_seeds(seeds, *boxes.shape[-2:]))
+    values = np.array([taylor_norm_bound(TaylorEnclosure(form.at_centre[b], form.remainder[b], form.direct[b]), norm)
+                       for b in range(boxes.shape[0])])
+    return values, form.direct
+
+
+def taylor_bound(weights: AttentionWeights, N: int, norm: str = "2", domain: Domain = Ball(1.0), *,
+                 seeds: str = "auto", **_: object) -> Certificate:
+    """Certified bound on Lip_norm(F) over a local domain from one Taylor form (module docstring).
+
+    EpsBall(X0, eps, p): the box X0 +- eps about X0 (it contains the ball for both p); Ball(R): the box [-R, R]^{N D}
+    about 0 (valid, but loose: use the branch and bound there). seeds: "auto", "directional" or "coordinates"
+    (`taylor_enclosure`). The lower bound in the details is ||J(X0)||_norm,
+    attained at the centre, which lies in the domain.
+
+    Returns Certificate(kind="upper", certified=True, method="taylor"), details: lower, ratio, at_centre (a proven
+    upper bound on ||J(X0)||, the limit of the bound as eps -> 0), remainder (value minus at_centre), memory_estimate.
+    """
+    start = time.perf_counter()
+    check_tokens(N)
+    check_norm(norm)
+    if weights.kind not in ("dp", "l2"):
+        raise InvalidInputError(f"the Taylor bound covers kinds 'dp' and 'l2', got {weights.kind!r}")
+    if not isinstance(domain, (Ball, EpsBall)):
+        raise InvalidInputError(f"the Taylor bound needs Ball(R) or EpsBall(X0, eps), got {domain!r}")
+    w64 = weights.to(torch.float64, "cpu")
+    D = w64.D
+    box = initial_box(domain, N, D)  # checks the centre's shape
+    check_memory(N, D)
+    nw = numpy_weights(w64)
+    if isinstance(domain, EpsBall):
+        X0 = domain.center.detach().to(torch.float64).cpu().numpy()
+    else:
+        X0 = np.zeros((N, D))
+    seeds = resolve_seeds(seeds, N, D)
+    form = taylor_enclosure(box, X0, nw, seeds=seeds)
+    centre = MatrixEnclosure.from_bounds(*_matrix(form.at_centre))
+    if norm == "2":
+        c_norm = norm2_upper(centre.center)
+        at_centre = float(up(c_norm + nonnegative_norm2_upper(centre.radius)))
+        value = taylor_norm_bound(form, norm, c_norm)
+    else:
+        at_centre, value = inf_norm_bound(centre), taylor_norm_bound(form, norm)
+    lower = float(jacobian_norm(jacobian(torch.from_numpy(X0)[None], w64), norm)[0])
+    ratio = value / lower if lower > 0 else math.inf
+    return Certificate(
+        value=float(value), kind="upper", certified=True, method="taylor", scope=domain.scope,
+        norm=norm,  # type: ignore[arg-type]
+        seconds=time.perf_counter() - start,
+        message=(f"first-order Taylor form about the centre: ||J(X0)|| <= {at_centre:.6g} plus the remainder "
+                 f"(proofs/taylor_remainder.py); upper / ||J(X0)|| = {ratio:.4f}"),
+        details={"lower": lower, "witness": X0.tolist(), "ratio": ratio, "at_centre": at_centre,
+                 "remainder": value - at_centre, "seeds": seeds, "memory_estimate": memory_estimate(N, D)},
+    )
+
+
+def _collapse(x: Dual, h: Interval) -> Interval:
+    """sum_m [-h_m, h_m] t_m over the last (tangent) axis: encloses the derivative of x along every Delta in the box."""
+    return isum(x.t * h, axis=-1)
+
+
+def dp_layered_enclosure(box: Interval, centre: np.ndarray, w: _Weights, chunk: int = 16) -> tuple[Interval, Interval]:
+    """(T, direct) for one DP box (N, D) by the layered form ("layered" seeds): the per-head intermediates that are
+    small (softmax P (N, N), W^O-mapped C (N, D, N), W_K q_i (N, D), the diagonal term (N, D, D)) get unit tangents,
+    in chunks of `chunk` coordinates, collapsed to interval tangents sum_m [-h_m, h_m] t_m (each encloses that
+    quantity's directional derivative over the box, without dependency between its terms); the (N, D, N, D) terms
+    are then assembled with these one-axis interval tangents, as in the directional form. Work (N D) N^2 D d H
+    for the small part, about one directional pass for the rest."""
+    from ._local_enclosure import _eye_mask, _where_zero, const, dp_scores, point_einsum_any, token_differences
+
+    N, D = box.shape
+    n = N * D
+    h = round_up(np.maximum(box.hi - centre, centre - box.lo)).reshape(n)
+    scale = const(1.0 / math.sqrt(w.d))
+    diagonal_mask = _eye_mask(N, 4, (0, 2))
+    sums: list[dict[str, Interval]] = [dict() for _ in range(w.H)]
+    values: list[dict[str, Interval]] = [dict() for _ in range(w.H)]
+    for start in range(0, n, chunk):
+        K = min(chunk, n - start)
+        seed = np.zeros((n, K))
+        seed[start + np.arange(K), np.arange(K)] = 1.0
+        X = Dual(box, Interval(seed.reshape(N, D, K), seed.reshape(N, D, K)))
+        hk = Interval(-h[start:start + K], h[start:start + K])
+        dX = token_differences(X)
+        for head in range(w.H):
+            WQ, WK, WV, WO = w.W_Q[head], w.W_K[head], w.W_V[head], w.W_O[head]
+            Q, dK, P = dp_scores(X, dX, w, head)
+            dV = point_einsum_any("...jkD,Dc->...jkc", dX, WV)
+            Dv = _isum_dual(P.expand(-2).expand(-1) * dV.expand(-4), -2)
+            C = P.expand(-1) * Dv
+            CK = _isum_dual(C.expand(-1) * dK.swapaxes(-3, -2).expand(-2), -3)
+            parts = {"P": P, "Kq": point_einsum_any("...ic,Ec->...iE", Q, WK),
+                     "OC": point_einsum_any("...ila,aF->...iFl", C, WO),
+                     "diagonal": point_einsum_any("...iac,aF,Ec->...iFE", CK, WO, WQ)}
+            for name, part in parts.items():
+                collapsed = _collapse(part, hk)
+                sums[head][name] = collapsed if name not in sums[head] else sums[head][name] + collapsed
+                values[head][name] = part.v
+    J = None
+    for head in range(w.H):
+        WV, WO = w.W_V[head], w.W_O[head]
+        d = {name: Dual(values[head][name], sums[head][name].expand(-1)) for name in values[head]}
+        cross = d["OC"].expand(-1) * d["Kq"].expand(-2).expand(-2) * scale
+        value = point_einsum_any("...il,aF,Ea->...iFlE", d["P"], WO, WV)
+        term = value + cross + _where_zero(diagonal_mask, (d["diagonal"] * scale).expand(-2))
+        J = term if J is None else J + term
+    return J.t[..., 0], J.v
+
+
+def _isum_dual(x: Dual, axis: int) -> Dual:
+    from ._local_dual import d_isum
+
+    return d_isum(x, axis)
