@@ -17,7 +17,7 @@ theta in forms chosen to avoid interval dependency. Each form is an identity:
 
 Checks. (H) is PROVED by SymPy for N = 2, 3, 4 logits that are arbitrary (undefined) functions of two parameters:
 the difference of both sides simplifies to 0. The identity is the same algebra for every N; for N = 6 with random
-quadratic logits it is CHECKED at random points against mpmath second differences (30 digits). (C) is PROVED for
+quadratic logits it is SAMPLED (a cross-check, which can only lower the status) at random points against mpmath second differences (30 digits). (C) is PROVED for
 N = 2..4 in d = 1 and N = 3 in d = 2 with symbolic weights summing to 1. (U) is immediate from sum_k P_ik = 1 and
 PROVED for N = 3 by SymPy in the same way.
 """
@@ -126,13 +126,19 @@ def _u_identity() -> tuple[Status, str]:
     return fact(diff == 0, f"(U) N = 3: (y_j - ybar_i) - ((y_j - y_i) - w_i) expands to {diff}")
 
 
+SCOPE = {"(H) N": "in {2, 3, 4}, two parameters, any logits", "(C) (N, d)": "in {(2, 1), (3, 1), (4, 1), (3, 2)}",
+         "(U) N": "= 3"}
+REQUIRES = Status.PROVED
+
+
 def prove() -> ProofResult:
     parts = [_softmax_hessian_identity(N) for N in (2, 3, 4)]
-    parts.append(_softmax_hessian_numeric())
     parts += [_covariance_identity(N, 1) for N in (2, 3, 4)] + [_covariance_identity(3, 2)]
     parts.append(_u_identity())
-    return combine(CLAIM, parts)
+    return combine(CLAIM, parts, scope=SCOPE, cross_checks=[_softmax_hessian_numeric()])
 
 
 if __name__ == "__main__":
-    print(prove())
+    from proofs import standalone
+
+    raise SystemExit(standalone(prove, __name__))
