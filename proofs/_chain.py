@@ -174,3 +174,8 @@ def check_weight_factor(norm: str, count: int = 24) -> Check:
             return numeric(False, f"shipped paper_weight_factor({norm}) = {shipped:.12g} != {reference:.12g} at {label}")
     return numeric(True, f"shipped certify.bounds.paper_weight_factor({norm}) = Theorem 3.2's weight factor on {count} "
                          f"layers (largest relative gap {worst:.2g})")
+
+
+def constant_text(kind: str, norm: str) -> str:
+    """The assembled constant as printed in a claim (phi_inv(n) = W_0(n/e)): generated from the SymPy expression."""
+    return sp.sstr(assembled_constant(kind, norm)[0]).replace("phi_inv(N - 1)", "W_0((N-1)/e)")

@@ -60,7 +60,7 @@ def wrong_closed_form(X: sp.Matrix, A: sp.Matrix, P: sp.Matrix) -> sp.Matrix:
     """Deliberately wrong: the delta_ij term X A (the dependence through the query) is dropped."""
     N = X.rows
     return dp_closed_form(X, A, P) - sp.Matrix.vstack(*(sp.Matrix.hstack(*(
-        X.T * _P_i(P, i) * X * A if i == j else sp.zeros(X.cols, X.cols) for j in range(N))) for i in range(N)))
+        X.T * softmax_jacobian_row(P, i) * X * A if i == j else sp.zeros(X.cols, X.cols) for j in range(N))) for i in range(N)))
 
 
 INJECTIONS = {"jacobian": lambda: prove(wrong_closed_form)}
