@@ -154,6 +154,7 @@ def test_softmax_hessian_run_alone_exits_non_zero_on_failure(monkeypatch: pytest
     import proofs._check
 
     monkeypatch.setattr(proofs._check, "fact", lambda ok, what: (Status.UNPROVED, what))
+    monkeypatch.delitem(sys.modules, "proofs.softmax_hessian", raising=False)  # run it fresh, as `python -m` does
     with pytest.raises(SystemExit) as exit_info:
         runpy.run_module("proofs.softmax_hessian", run_name="__main__")
     assert exit_info.value.code == 1
