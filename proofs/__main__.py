@@ -1,4 +1,4 @@
-"""`python -m proofs`: run all proofs, write the Markdown report, exit non-zero if any claim FAILED."""
+"""`python -m proofs`: run all proofs, write the Markdown report, exit non-zero if a claim is below what certify needs of it (REQUIRES)."""
 
 from ._runner import main
 

@@ -50,3 +50,35 @@ def check_l2_logits(N: int = 3, D: int = 2, d: int = 2) -> Check:
             ok &= sp.expand(lhs - (u * A * u.T)[0, 0]) == 0
     return fact(ok, f"L2 logits ||(x_i - x_j)^T W_Q||^2 / sqrt(d) = (x_i - x_j)^T A (x_i - x_j), A = W_Q W_Q^T / "
                     f"sqrt(d) (N={N}, D={D}, d={d})")
+
+
+def check_shipped_jacobian(kind: str, cases: tuple[tuple[int, int, int], ...] = ((2, 1, 1), (3, 2, 1), (3, 2, 2), (4, 4, 2)),
+                           seed: int = 0) -> Check:
+    """Cross-check of the shipped code: `certify.jacobian.jacobian` (the torch closed forms that certify's bounds use)
+    against `certify.symbolic.oracle_jacobian` (SymPy's derivative of the definition, lambdified) on random layers:
+    |difference| <= 1e-10 (1 + max |J|). SAMPLED, with the shapes (N, D, H) and one input per shape."""
+    import numpy as np
+    import torch
+
+    from certify import jacobian as shipped
+    from certify.attention import AttentionWeights
+    from certify.symbolic import oracle_jacobian
+    from proofs._check import numeric
+
+    rng = np.random.default_rng(seed)
+    worst = 0.0
+    for N, D, H in cases:
+        d = D // H
+        t = lambda *shape: torch.tensor(rng.standard_normal(shape))  # noqa: E731
+        W_Q = t(H, D, d)
+        weights = AttentionWeights(kind, W_Q, W_Q if kind == "l2" else t(H, D, d), t(H, D, d), t(H * d, D))
+        X = t(N, D)
+        J = shipped.jacobian(X[None], weights)[0].numpy()
+        J_oracle = oracle_jacobian(X.numpy(), weights)[0]
+        gap = float(np.abs(J - J_oracle).max()) / (1 + float(np.abs(J_oracle).max()))
+        worst = max(worst, gap)
+        if not gap <= 1e-10:
+            return numeric(False, f"shipped certify.jacobian.jacobian ({kind}) differs from the SymPy oracle by "
+                                  f"{gap:.3g} (relative) at N={N}, D={D}, H={H}")
+    return numeric(True, f"shipped certify.jacobian.jacobian ({kind}) = SymPy oracle on {len(cases)} random layers "
+                         f"(N, D, H) in {list(cases)}: largest relative gap {worst:.2g}")

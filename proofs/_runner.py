@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+import json
 import pkgutil
 import sys
 import time
@@ -29,7 +30,7 @@ def _load(name: str) -> ModuleType:
 
 
 def run_one(name: str, check: Callable[[], ProofResult]) -> ProofResult:
-    """Run one check, time it, and turn an exception into a FAILED result with the traceback's last line."""
+    """Run one check, time it, and turn an exception into an UNPROVED result with the traceback's last line."""
     start = time.perf_counter()
     try:
         result = check()
@@ -37,7 +38,7 @@ def run_one(name: str, check: Callable[[], ProofResult]) -> ProofResult:
             raise TypeError(f"proof {name} returned {type(result).__name__}, expected ProofResult")
     except Exception as exc:  # a proof that raises has not proved anything
         tb = traceback.format_exc(limit=3).strip().splitlines()
-        result = ProofResult(claim=f"({name} raised)", status=Status.FAILED,
+        result = ProofResult(claim=f"({name} raised)", status=Status.UNPROVED,
                              evidence=f"{type(exc).__name__}: {exc} | {tb[-2].strip() if len(tb) > 1 else ''}")
     seconds = time.perf_counter() - start
     return dataclasses.replace(result, name=result.name or name, seconds=seconds)
@@ -48,12 +49,12 @@ def run_module(name: str, inject: str | None = None) -> ProofResult | None:
     try:
         module = _load(name)
     except Exception as exc:
-        return ProofResult(claim=f"(import of {name} failed)", status=Status.FAILED,
+        return ProofResult(claim=f"(import of {name} failed)", status=Status.UNPROVED,
                            evidence=f"{type(exc).__name__}: {exc}", name=name)
     if inject is None:
         prove = getattr(module, "prove", None)
         if not callable(prove):
-            return ProofResult(claim=f"({name} has no prove())", status=Status.FAILED,
+            return ProofResult(claim=f"({name} has no prove())", status=Status.UNPROVED,
                                evidence="a proof module must define prove() -> ProofResult (see proofs/README.md)",
                                name=name)
         return run_one(name, prove)
@@ -67,61 +68,87 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def errata() -> dict[str, str]:
-    """Proof modules that check a statement of MATH.md *as written* which certify does not rely on (module-level
-    ``ERRATUM = "..."`` says what is wrong and where the corrected claim is proved), by name."""
-    found = {}
-    for name in proof_names():
-        try:
-            note = getattr(_load(name), "ERRATUM", None)
-        except Exception:  # an unimportable module is reported FAILED by run_module
-            continue
-        if note:
-            found[name] = note
-    return found
+def required_status(name: str) -> Status:
+    """The status certify needs for proof `name`: its module's ``REQUIRES`` (default SAMPLED, i.e. the claim must
+    hold on the evidence given); ``REQUIRES = Status.REFUTED`` marks a known-false statement that certify must not
+    use (the proof must refute it)."""
+    try:
+        return Status(getattr(_load(name), "REQUIRES", Status.SAMPLED))
+    except Exception:  # an unimportable module is reported UNPROVED by run_module
+        return Status.SAMPLED
 
 
-def counts_as_failure(result: ProofResult, strict: bool = False) -> bool:
-    """A FAILED claim fails the run, except a FAILED erratum of MATH.md (unless strict)."""
-    return not result.ok and (strict or result.name not in errata())
+def meets(status: Status, required: Status) -> bool:
+    """Is `status` at least `required`? REFUTED meets only REFUTED; otherwise compare strengths
+    (PROVED > PROVED-MODULO > VERIFIED > SAMPLED > UNPROVED)."""
+    if required is Status.REFUTED:
+        return status is Status.REFUTED
+    return status.strength >= required.strength
+
+
+def lemma_problems(result: ProofResult, results: Sequence[ProofResult]) -> list[str]:
+    """Lemmas of `result` that are proof modules run here and do not hold ("name: STATUS")."""
+    by_name = {r.name: r for r in results}
+    return [f"{lemma}: {by_name[lemma].status.value}" for lemma in result.lemmas
+            if lemma in by_name and not by_name[lemma].ok]
+
+
+def counts_as_failure(result: ProofResult, results: Sequence[ProofResult] = ()) -> bool:
+    """A claim fails the run when its status is below what certify needs (`required_status`), or when it is
+    PROVED-MODULO a lemma (run in the same batch) that does not hold."""
+    return not meets(result.status, required_status(result.name)) or bool(lemma_problems(result, results))
+
+
+def as_json(results: Sequence[ProofResult], total_seconds: float, inject: str | None = None) -> dict:
+    """The machine-readable report: one entry per claim with status, scope, required status and evidence."""
+    return {
+        "inject": inject,
+        "seconds": total_seconds,
+        "counts": {s.value: sum(r.status is s for r in results) for s in _STATUSES},
+        "claims": [{"name": r.name, "status": r.status.value, "required": required_status(r.name).value,
+                    "ok": not counts_as_failure(r, results), "claim": r.claim, "scope": r.scope_text,
+                    "lemmas": list(r.lemmas), "evidence": r.evidence, "seconds": r.seconds} for r in results],
+    }
+
+
+_STATUSES = (Status.PROVED, Status.PROVED_MODULO, Status.VERIFIED, Status.SAMPLED, Status.UNPROVED, Status.REFUTED)
+LEGEND = ("PROVED: exact (SymPy) for the stated scope. PROVED-MODULO: exact from the named lemmas. VERIFIED: rigorous "
+          "interval arithmetic. SAMPLED: numeric evidence only, with counts. UNPROVED: not established (never a claim "
+          "of falsity). REFUTED: a rigorous counterexample. A claim fails the run when its status is below the one "
+          "certify needs (column `needs`; REFUTED for a known-false variant certify must not use).")
+
+
+def summary(results: Sequence[ProofResult], total_seconds: float) -> str:
+    counts = ", ".join(f"{sum(r.status is s for r in results)} {s.value}" for s in _STATUSES)
+    failing = sum(counts_as_failure(r, results) for r in results)
+    return f"{len(results)} claims: {counts}; {failing} below what certify needs; total {total_seconds:.1f} s."
 
 
 def markdown_report(results: Sequence[ProofResult], total_seconds: float, inject: str | None = None) -> str:
-    """The Markdown report: a summary line, the MATH.md errata found, then one table row per claim."""
-    counts = {s: sum(r.status is s for r in results) for s in Status}
+    """The Markdown report: a summary line, the legend, then one table row per claim."""
     lines = ["# certify proofs report", ""]
     if inject:
-        lines += [f"Injected error: `{inject}` (deliberately wrong input; these checks must FAIL).", ""]
-    found = [(r, errata()[r.name]) for r in results if r.name in errata() and not r.ok]
-    if found:
-        lines += ["**MATH.md errata.** These statements of MATH.md are false as written (FAILED below, with the "
-                  "counterexample). certify does not rely on them; each note says where the corrected claim is "
-                  "proved. They do not fail the run unless `--strict` is given.", ""]
-        lines += [f"- `{r.name}`: {_cell(note)}" for r, note in found] + [""]
-    lines += [
-        f"{len(results)} claims: {counts[Status.PROVED]} PROVED, {counts[Status.CHECKED]} CHECKED, "
-        f"{counts[Status.FAILED]} FAILED; total {total_seconds:.1f} s.",
-        "",
-        "PROVED: SymPy proved it symbolically. CHECKED: verified numerically or with interval arithmetic on the "
-        "stated samples. FAILED: counterexample or error given.",
-        "",
-        "| proof | status | claim | evidence | seconds |",
-        "|---|---|---|---|---|",
-    ]
+        lines += [f"Injected error: `{inject}` (deliberately wrong input; these checks must not hold).", ""]
+    lines += [summary(results, total_seconds), "", LEGEND, "",
+              "| proof | status | needs | claim | scope | evidence | seconds |", "|---|---|---|---|---|---|---|"]
     for r in results:
-        lines.append(f"| `{r.name}` | **{r.status.value}** | {_cell(r.claim)} | {_cell(r.evidence)} | {r.seconds:.2f} |")
+        flag = " (below)" if counts_as_failure(r, results) else ""
+        evidence = r.evidence + "".join(f"; LEMMA DOES NOT HOLD: {p}" for p in lemma_problems(r, results))
+        lines.append(f"| `{r.name}` | **{r.status.value}**{flag} | {required_status(r.name).value} | {_cell(r.claim)} | "
+                     f"{_cell(r.scope_text)} | {_cell(evidence)} | {r.seconds:.2f} |")
     return "\n".join(lines) + "\n"
 
 
 def text_table(results: Sequence[ProofResult]) -> str:
-    """A short plain-text table for the terminal: status, seconds, name, claim (truncated)."""
+    """A plain-text table for the terminal: status, seconds, name, claim (truncated) and its scope."""
     width = max((len(r.name) for r in results), default=4)
-    rows = [f"{'status':8} {'sec':>6}  {'proof':{width}}  claim"]
+    rows = [f"{'status':13} {'sec':>6}  {'proof':{width}}  claim [scope]"]
     for r in results:
         claim = r.claim if len(r.claim) <= 90 else r.claim[:87] + "..."
-        rows.append(f"{r.status.value:8} {r.seconds:6.2f}  {r.name:{width}}  {claim}")
-        if r.status is Status.FAILED:
-            rows.append(f"{'':8} {'':6}  {'':{width}}  -> {r.evidence}")
+        rows.append(f"{r.status.value:13} {r.seconds:6.2f}  {r.name:{width}}  {claim} [{r.scope_text}]")
+        if counts_as_failure(r, results):
+            problems = "".join(f"; lemma {p}" for p in lemma_problems(r, results))
+            rows.append(f"{'':13} {'':6}  {'':{width}}  -> below {required_status(r.name).value}: {r.evidence}{problems}")
     return "\n".join(rows)
 
 
@@ -149,15 +176,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report", default="proofs-report.md", help="Markdown report path (default: %(default)s)")
     parser.add_argument("--inject-error", default=None, metavar="KIND",
                         help="run the checks against a deliberately wrong input (e.g. jacobian, bound); "
-                             "they must FAIL, so the exit code is then non-zero")
+                             "they must not hold, so the exit code is then non-zero")
     parser.add_argument("--list", action="store_true", help="list proofs and injectable errors, then exit")
     parser.add_argument("--quiet", action="store_true", help="print only the summary line")
-    parser.add_argument("--strict", action="store_true",
-                        help="also fail on FAILED errata of MATH.md (statements certify does not rely on)")
+    parser.add_argument("--json", default=None, metavar="FILE", help="also write the results as JSON to FILE")
 
 
 def run_args(args: argparse.Namespace) -> int:
-    """Run as configured by `add_arguments`; return 0 if every claim is PROVED or CHECKED, else 1."""
+    """Run as configured by `add_arguments`; return 0 if every claim meets what certify needs of it, else 1."""
     if args.list:
         print("proofs:", " ".join(proof_names()))
         print("injectable errors:", " ".join(injection_names()))
@@ -174,12 +200,12 @@ def run_args(args: argparse.Namespace) -> int:
     total = time.perf_counter() - start
     report = markdown_report(results, total, args.inject_error)
     Path(args.report).write_text(report)
-    failed = sum(counts_as_failure(r, args.strict) for r in results)
-    known = sum(not r.ok for r in results) - failed
+    if args.json:
+        Path(args.json).write_text(json.dumps(as_json(results, total, args.inject_error), indent=1) + "\n")
+    failed = sum(counts_as_failure(r, results) for r in results)
     if not args.quiet:
         print(text_table(results))
-    note = f" (and {known} FAILED MATH.md erratum, see the report)" if known else ""
-    print(f"{len(results)} claims, {failed} FAILED{note}, {total:.1f} s; report written to {args.report}")
+    print(f"{summary(results, total)} Report written to {args.report}")
     return 1 if failed or not results else 0
 
 
@@ -190,10 +216,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def standalone(prove: Callable[[], ProofResult], name: str) -> int:
-    """Body of a proof module's `if __name__ == "__main__"` block: run, print, exit 1 on FAILED."""
+    """Body of a proof module's `if __name__ == "__main__"` block: run, print, exit 1 when the status is below the
+    module's REQUIRES (default SAMPLED)."""
+    module = sys.modules.get(name)
+    required = Status(getattr(module, "REQUIRES", Status.SAMPLED))
     if name == "__main__":
         name = Path(sys.argv[0]).stem
     result = run_one(name.rsplit(".", 1)[-1], prove)
     print(f"{result.status.value} ({result.seconds:.2f} s) {result.name}: {result.claim}")
+    print(f"  scope: {result.scope_text}")
     print(f"  evidence: {result.evidence}")
-    return 0 if result.ok else 1
+    if not meets(result.status, required):
+        print(f"  below what certify needs: {required.value}")
+        return 1
+    return 0

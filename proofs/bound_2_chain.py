@@ -2,7 +2,7 @@
 
     Lip_2(F) <= (sqrt(N)/sqrt(d)) (4 W + 1) sqrt(sum_h ||W^Q_h||_2^4 ||W^V_h||_2^2) ||W^O||_2,
 
-W = W_0((N-1)/e). The chain, each step checked as an inequality on every test instance (numeric: CHECKED), with
+W = W_0((N-1)/e). The chain, each step checked as an inequality on every test instance (numeric: SAMPLED), with
 v_k = W^Q^T (x_k - xbar_i), u_j = W^Q^T (x_i - x_j), K^h_i = W^V_h^T J^h_i: :
  s1  ||J^F||_2 <= sqrt(sum_i ||J^F_i:||_2^2) <= sqrt(N) max_i ||J^F_i:||_2
  s2  ||J^F_i:||_2 = ||W_O^T [K^1_i; ...; K^H_i]||_2 <= ||W^O||_2 sqrt(sum_h ||K^h_i||_2^2)
@@ -12,7 +12,11 @@ v_k = W^Q^T (x_k - xbar_i), u_j = W^Q^T (x_i - x_j), K^h_i = W^V_h^T J^h_i: :
  s6  ||A Cov_i A||_2 <= (||W^Q||^2 / d) sum_k P_ik ||v_k||^2
  s7  sum_j P_ij ||A (x_j - xbar)|| ||A (x_i - x_j)|| <= (||W^Q||^2 / d) sum_j P_ij ||v_j|| ||u_j||
  s8  both sums <= sqrt(d) W (Corollary), so ||J^h_i:||_2 <= ||W^Q||^2 (4 W + 1) / sqrt(d)
- end ||J^F||_2 <= the bound (`certify.symbolic.paper_bound_expr("2", H)`).
+ end ||J^F||_2 <= the bound certify ships (`certify.bounds.paper_bound`).
+Status: the step bounds are assembled into the constant in SymPy, and `certify.bounds.paper_constant`, called on
+SymPy symbols, must equal it exactly (PROVED-MODULO the Corollary, the closed-form Jacobian and the norm facts).
+The numeric step checks, the shipped weight factor and the end check are SAMPLED cross-checks: they can only
+lower the status.
 Instances as in `bound_inf_chain`; s0 first checks the numpy closed form against the SymPy oracle.
 """
 
@@ -24,18 +28,21 @@ import numpy as np
 from scipy.special import lambertw
 
 from certify.symbolic import paper_bound_expr
-from proofs._chain import Step, expression_bound
+from proofs._chain import Step, check_assembly, constant_text, check_weight_factor, expression_bound, shipped_paper_bound
 from proofs._l2numeric import Layer, head, instances, layer_jacobian, op_norm, oracle_step
-from proofs._result import ProofResult, combine
+from proofs._result import ProofResult, Status, combine
 
-CLAIM = ("Theorem 3.2 (2): Lip_2(F) <= sqrt(N/d) (4 W_0((N-1)/e) + 1) sqrt(sum_h ||W^Q_h||_2^4 ||W^V_h||_2^2) "
-         "||W^O||_2, each step of the chain checked")
+CLAIM = ("Theorem 3.2 (2): Lip_2(F) <= ({constant}) sqrt(sum_h ||W^Q_h||_2^4 ||W^V_h||_2^2) "
+         "||W^O||_2, the constant assembled from the chain's steps in SymPy and equal to the shipped paper_constant")
 
 Bound = Callable[[Layer, int], float]
 
 
-def default_bound(H: int) -> Bound:
-    return expression_bound(paper_bound_expr("2", H))
+SCOPE = {"N": ">= 2", "D, d, H": ">= 1"}
+REQUIRES = Status.PROVED_MODULO
+LEMMAS = ("corollary_softmax_moments", "jacobian_l2", "norm facts of steps s1-s5 (triangle inequality, "
+          "submultiplicativity, ||a b^T|| = ||a|| ||b||, block-row norms)")
+default_bound = shipped_paper_bound("2")
 
 
 def prove(bound_for_heads: Callable[[int], Bound] = default_bound, count: int = 160) -> ProofResult:
@@ -83,7 +90,9 @@ def prove(bound_for_heads: Callable[[int], Bound] = default_bound, count: int = 
         if layer.H not in bounds:
             bounds[layer.H] = bound_for_heads(layer.H)
         steps[names[8]].check(norm_F, bounds[layer.H](layer, N), label)
-    return combine(CLAIM, [s.result() for s in steps.values()])
+    cross = [s.result() for s in steps.values()] + [check_weight_factor("2")]
+    claim = CLAIM.format(constant=constant_text("paper", "2"))
+    return combine(claim, [check_assembly("paper", "2")], scope=SCOPE, lemmas=LEMMAS, cross_checks=cross)
 
 
 def wrong_bound(H: int) -> Bound:

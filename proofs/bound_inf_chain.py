@@ -2,7 +2,7 @@
 
     Lip_inf(F) <= (4 W + 1/sqrt(d)) ||W^O^T||_inf max_h(||W^Q_h||_inf ||W^Q_h^T||_inf) max_h ||W^V_h^T||_inf,
 
-W = W_0((N-1)/e). The chain, each step checked as an inequality on every test instance (numeric: CHECKED), with
+W = W_0((N-1)/e). The chain, each step checked as an inequality on every test instance (numeric: SAMPLED), with
 c_Q = ||W^Q||_inf ||W^Q^T||_inf, v_k = W^Q^T (x_k - xbar_i), u_j = W^Q^T (x_i - x_j), K^h_i = W^V_h^T J^h_i: :
  s1  ||J^F||_inf = max_i ||W_O^T [K^1_i; ...; K^H_i]||_inf <= ||W^O^T||_inf max_h max_i ||K^h_i||_inf
  s2  ||K^h_i||_inf <= ||W^V_h^T||_inf ||J^h_i:||_inf
@@ -12,7 +12,11 @@ c_Q = ||W^Q||_inf ||W^Q^T||_inf, v_k = W^Q^T (x_k - xbar_i), u_j = W^Q^T (x_i - 
  s6  ||A Cov_i A||_inf <= (c_Q / d) sum_k P_ik ||v_k||_inf ||v_k||_1 <= (c_Q / sqrt(d)) sum_k P_ik ||v_k||_2^2
  s7  ||A (x_j - xbar)(x_i - x_j)^T A||_inf <= (c_Q / d) ||v_j||_inf ||u_j||_1 <= (c_Q / sqrt(d)) ||v_j||_2 ||u_j||_2
  s8  sum_k P_ik ||v_k||^2 <= sqrt(d) W and sum_j P_ij ||v_j|| ||u_j|| <= sqrt(d) W (Corollary)
- end ||J^F||_inf <= the bound (`certify.symbolic.paper_bound_expr("inf", H)`).
+ end ||J^F||_inf <= the bound certify ships (`certify.bounds.paper_bound`).
+Status: the step bounds are assembled into the constant in SymPy, and `certify.bounds.paper_constant`, called on
+SymPy symbols, must equal it exactly (PROVED-MODULO the Corollary, the closed-form Jacobian and the norm facts).
+The numeric step checks, the shipped weight factor and the end check are SAMPLED cross-checks: they can only
+lower the status.
 Steps s5-s8 are algebra plus the Corollary (proved in `corollary_softmax_moments`); the checks here guard the
 assembly. Instances: `proofs._l2numeric.instances` (random, two-cluster, hill-climbed, the exact N=2 maximiser,
 W^Q scaled by 0.3 to 10); s0 first checks the numpy closed form against the SymPy oracle.
@@ -26,18 +30,21 @@ import numpy as np
 from scipy.special import lambertw
 
 from certify.symbolic import paper_bound_expr
-from proofs._chain import Step, expression_bound
+from proofs._chain import Step, check_assembly, constant_text, check_weight_factor, expression_bound, shipped_paper_bound
 from proofs._l2numeric import Layer, head, instances, layer_jacobian, op_norm, oracle_step
-from proofs._result import ProofResult, combine
+from proofs._result import ProofResult, Status, combine
 
-CLAIM = ("Theorem 3.2 (inf): Lip_inf(F) <= (4 W_0((N-1)/e) + 1/sqrt(d)) ||W^O^T||_inf max_h ||W^Q_h||_inf "
-         "||W^Q_h^T||_inf max_h ||W^V_h^T||_inf, each step of the chain checked")
+CLAIM = ("Theorem 3.2 (inf): Lip_inf(F) <= ({constant}) ||W^O^T||_inf max_h ||W^Q_h||_inf "
+         "||W^Q_h^T||_inf max_h ||W^V_h^T||_inf, the constant assembled from the chain's steps in SymPy and equal to the shipped paper_constant")
 
 Bound = Callable[[Layer, int], float]
 
 
-def default_bound(H: int) -> Bound:
-    return expression_bound(paper_bound_expr("inf", H))
+SCOPE = {"N": ">= 2", "D, d, H": ">= 1"}
+REQUIRES = Status.PROVED_MODULO
+LEMMAS = ("corollary_softmax_moments", "jacobian_l2", "norm facts of steps s1-s5 (triangle inequality, "
+          "submultiplicativity, ||a b^T|| = ||a|| ||b||, block-row norms)")
+default_bound = shipped_paper_bound("inf")
 
 
 def prove(bound_for_heads: Callable[[int], Bound] = default_bound, count: int = 160) -> ProofResult:
@@ -82,7 +89,9 @@ def prove(bound_for_heads: Callable[[int], Bound] = default_bound, count: int = 
         if layer.H not in bounds:
             bounds[layer.H] = bound_for_heads(layer.H)
         steps[names[8]].check(norm_F, bounds[layer.H](layer, N), label)
-    return combine(CLAIM, [s.result() for s in steps.values()])
+    cross = [s.result() for s in steps.values()] + [check_weight_factor("inf")]
+    claim = CLAIM.format(constant=constant_text("paper", "inf"))
+    return combine(claim, [check_assembly("paper", "inf")], scope=SCOPE, lemmas=LEMMAS, cross_checks=cross)
 
 
 def wrong_bound(H: int) -> Bound:

@@ -10,6 +10,9 @@ by an independent positive symbol (a generalisation, so zero there implies zero 
 function. Generic symbols: X (N x D), A (D x D); N = 2, 3 and D = 1, 2. Multi-head: the chain rule through
 F = sum_h g_h(X) W_V^h W_O_h with arbitrary (undefined-function) g_h, N = 2, D = 2, H = 2, plus the identity
 X W_Q (X W_K)^T / sqrt(d) = X A^T X^T (N = 3, D = d = 2).
+
+Cross-check of the shipped code (SAMPLED; it can only lower the status): `certify.jacobian.jacobian`, the torch
+closed form certify uses, against the lambdified SymPy derivative of the definition on random layers.
 """
 
 from __future__ import annotations
@@ -18,13 +21,16 @@ from collections.abc import Callable
 
 import sympy as sp
 
-from certify.symbolic import differentiate, dp_closed_form, matrices_equal, softmax_rows, symbol_matrix, symbolic_input
+from certify.symbolic import differentiate, dp_closed_form, matrices_equal, softmax_jacobian_row, softmax_rows, symbol_matrix, symbolic_input
 from proofs._check import Check, matrix_identity
-from proofs._composition import check_composition, check_dp_logits
-from proofs._result import ProofResult, combine
+from proofs._composition import check_composition, check_shipped_jacobian, check_dp_logits
+from proofs._result import ProofResult, Status, combine
 
 CLAIM = ("DP closed form J_ij = X^T P^(i) [E_ji X A^T + X A delta_ij] + P_ij I equals d f_i/d x_j for "
          "f = softmax(X A^T X^T) X (N <= 3, D <= 2, generic symbols), and J^F_ij = sum_h W_O_h^T W_V^hT J^h_ij")
+
+SCOPE = {"(N, D)": "in {(2, 1), (3, 1), (2, 2), (3, 2)} (closed form); composition N = 2, D = 2, H = 2"}
+REQUIRES = Status.PROVED
 
 ClosedForm = Callable[[sp.Matrix, sp.Matrix, sp.Matrix], sp.Matrix]
 
@@ -46,19 +52,15 @@ def prove(closed_form: ClosedForm = dp_closed_form) -> ProofResult:
     parts = check_dp_jacobian(closed_form)
     if closed_form is dp_closed_form:
         parts += [check_composition(), check_dp_logits()]
-    return combine(CLAIM, parts)
+    shipped = [check_shipped_jacobian("dp")] if closed_form is dp_closed_form else []
+    return combine(CLAIM, parts, scope=SCOPE, cross_checks=shipped)
 
 
 def wrong_closed_form(X: sp.Matrix, A: sp.Matrix, P: sp.Matrix) -> sp.Matrix:
     """Deliberately wrong: the delta_ij term X A (the dependence through the query) is dropped."""
     N = X.rows
     return dp_closed_form(X, A, P) - sp.Matrix.vstack(*(sp.Matrix.hstack(*(
-        X.T * _P_i(P, i) * X * A if i == j else sp.zeros(X.cols, X.cols) for j in range(N))) for i in range(N)))
-
-
-def _P_i(P: sp.Matrix, i: int) -> sp.Matrix:
-    p = P[i, :]
-    return sp.diag(*p) - p.T * p
+        X.T * softmax_jacobian_row(P, i) * X * A if i == j else sp.zeros(X.cols, X.cols) for j in range(N))) for i in range(N)))
 
 
 INJECTIONS = {"jacobian": lambda: prove(wrong_closed_form)}

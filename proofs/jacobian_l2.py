@@ -11,6 +11,9 @@ Checked by SymPy as in `jacobian_dp` (exponentials generalised to independent sy
 rational function). A is a generic symmetric matrix, which covers every A = W_Q W_Q^T / sqrt(d). Multi-head:
 the chain rule through F = sum_h g_h(X) W_V^h W_O_h for arbitrary g_h (N = 2, D = 2, H = 2), plus the logit
 identity ||(x_i - x_j)^T W_Q||^2 / sqrt(d) = (x_i - x_j)^T A (x_i - x_j) (N = 3, D = d = 2).
+
+Cross-check of the shipped code (SAMPLED; it can only lower the status): `certify.jacobian.jacobian`, the torch
+closed form certify uses, against the lambdified SymPy derivative of the definition on random layers.
 """
 
 from __future__ import annotations
@@ -21,12 +24,15 @@ import sympy as sp
 
 from certify.symbolic import differentiate, l2_closed_form, matrices_equal, softmax_rows, symbolic_input
 from proofs._check import Check, matrix_identity
-from proofs._composition import check_composition, check_l2_logits
-from proofs._result import ProofResult, combine
+from proofs._composition import check_composition, check_shipped_jacobian, check_l2_logits
+from proofs._result import ProofResult, Status, combine
 
 CLAIM = ("L2 closed form J_ij = P_ij A + 2 P_ij A (x_j - xbar_i)(x_i - x_j)^T A (j != i), J_ii = P_ii A + "
          "2 A Cov_{P_i}(x) A equals d f_i/d x_j for f = P X A (N <= 3, D <= 2, generic symmetric A), and the "
          "multi-head composition")
+
+SCOPE = {"(N, D)": "in {(2, 1), (3, 1), (2, 2), (3, 2)} (closed form); composition N = 2, D = 2, H = 2"}
+REQUIRES = Status.PROVED
 
 ClosedForm = Callable[[sp.Matrix, sp.Matrix, sp.Matrix], sp.Matrix]
 
@@ -57,7 +63,8 @@ def prove(closed_form: ClosedForm = l2_closed_form) -> ProofResult:
     parts = check_l2_jacobian(closed_form)
     if closed_form is l2_closed_form:
         parts += [check_composition(), check_l2_logits()]
-    return combine(CLAIM, parts)
+    shipped = [check_shipped_jacobian("l2")] if closed_form is l2_closed_form else []
+    return combine(CLAIM, parts, scope=SCOPE, cross_checks=shipped)
 
 
 def wrong_closed_form(X: sp.Matrix, A: sp.Matrix, P: sp.Matrix) -> sp.Matrix:

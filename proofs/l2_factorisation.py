@@ -9,6 +9,7 @@ M(Y) is the derivative of g(Y) = P Y, and M is invariant under translation Y -> 
 SymPy checks (exponentials generalised to independent symbols): the logits agree, V M_ij V^T equals the L2 closed
 form (itself proved equal to the derivative in `jacobian_l2`) for N = 3, D = 2, d = 1 and N = 2, D = 2, d = 2;
 the M closed form equals SymPy's derivative of P Y (N = 2, 3; d = 1, 2); M(Y + 1 c^T) = M(Y) for N = 3, d = 2.
+Cross-check of the shipped code (SAMPLED; can only lower the status): the torch and numpy M(Y) certify uses.
 """
 
 from __future__ import annotations
@@ -18,10 +19,41 @@ import sympy as sp
 from certify.symbolic import (core_closed_form, core_map, differentiate, from_blocks, l2_closed_form,
                               matrices_equal, softmax_rows, squared_distance_logits, symbol_matrix, symbolic_input)
 from proofs._check import Check, matrix_identity
-from proofs._result import ProofResult, combine
+from proofs._check import numeric
+from proofs._result import ProofResult, Status, combine
 
 CLAIM = ("L2 head Jacobian J_ij = V M_ij(Y) V^T with Y = X V, V = W_Q/d^{1/4}; M = d(P Y)/dY in closed form; "
          "M(Y + 1 c^T) = M(Y)")
+SCOPE = {"(N, D, d)": "in {(3, 2, 1), (2, 2, 2)} (factorisation)", "(N, d)": "in {(2, 1), (3, 1), (2, 2), (3, 2)} (M = "
+         "d(PY)/dY); N = 3, d = 2 (translation)"}
+REQUIRES = Status.PROVED
+
+
+def check_shipped_core(cases: tuple[tuple[int, int], ...] = ((2, 1), (3, 1), (3, 2)), seed: int = 0) -> Check:
+    """Cross-check of the shipped code: M(Y) from `certify.jacobian.l2_core_jacobian` (torch) and from the numpy
+    `core_jacobian_float` of the global branch and bound, against SymPy's derivative of P Y, lambdified."""
+    import numpy as np
+    import torch
+
+    from certify import jacobian as shipped
+    from certify.bounds import _global_l2_enclosure as enclosure
+    from certify.symbolic import core_jacobian_function
+
+    rng = np.random.default_rng(seed)
+    worst = 0.0
+    for N, d in cases:
+        for scale in (0.5, 1.5):
+            Y = rng.standard_normal((N, d)) * scale
+            oracle = core_jacobian_function(N, d)(Y)
+            torch_M = shipped.l2_core_jacobian(torch.tensor(Y))[0].reshape(N * d, N * d).numpy()
+            numpy_M = enclosure.core_jacobian_float(Y[None])[0]
+            gap = max(float(np.abs(torch_M - oracle).max()), float(np.abs(numpy_M - oracle).max()))
+            worst = max(worst, gap)
+            if not gap <= 1e-12 * (1 + float(np.abs(oracle).max())):
+                return numeric(False, f"shipped M(Y) (l2_core_jacobian / core_jacobian_float) differs from d(PY)/dY by "
+                                      f"{gap:.3g} at N={N}, d={d}, Y={np.round(Y, 4).tolist()}")
+    return numeric(True, f"shipped certify.jacobian.l2_core_jacobian and core_jacobian_float = SymPy d(PY)/dY at "
+                         f"{2 * len(cases)} random Y, (N, d) in {list(cases)}: largest gap {worst:.2g}")
 
 
 def check_factorisation(N: int, D: int, d: int) -> list[Check]:
@@ -62,7 +94,7 @@ def prove() -> ProofResult:
     parts = check_factorisation(3, 2, 1) + check_factorisation(2, 2, 2)
     parts += [check_core_derivative(2, 1), check_core_derivative(3, 1), check_core_derivative(2, 2),
               check_core_derivative(3, 2), check_translation(3, 2)]
-    return combine(CLAIM, parts)
+    return combine(CLAIM, parts, scope=SCOPE, cross_checks=[check_shipped_core()])
 
 
 if __name__ == "__main__":

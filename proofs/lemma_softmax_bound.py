@@ -4,7 +4,7 @@
 
 with equality when the other N - 1 entries all equal 1 + W.
 
-Proof (each step checked by SymPy):
+Proof (each step checked by SymPy, for symbolic N: the sums over j != i enter as symbols S, T):
 1. sum_j p_j z_j - W = sum_j e^{-z_j} (z_j - W) / sum_j e^{-z_j}  (since sum_j p_j = 1), and the j = i term is -W,
    so the claim is  sum_{j != i} k(z_j) <= W  with k(z) = e^{-z} (z - W).
 2. k'(z) = e^{-z} (1 + W - z): the only critical point is z = 1 + W, where k'' = -e^{-1-W} < 0, so it is the
@@ -18,10 +18,12 @@ from __future__ import annotations
 import sympy as sp
 
 from proofs._check import Check, fact
-from proofs._result import ProofResult, combine
+from proofs._result import ProofResult, Status, combine
 
 CLAIM = ("Lemma: z >= 0, z_i = 0, p = softmax(-z) => sum_j p_j z_j <= W_0((N-1)/e), with equality at "
          "z_j = 1 + W_0((N-1)/e) for j != i")
+SCOPE = {"N": ">= 2"}
+REQUIRES = Status.PROVED
 
 
 def prove() -> ProofResult:
@@ -31,15 +33,13 @@ def prove() -> ProofResult:
     z = sp.Symbol("z", real=True)
     parts: list[Check] = []
 
-    # step 1 (N = 4 instance; the identity is linear in the terms for any N)
-    zs = sp.symbols("z1:5", real=True)
-    zs_i = (sp.Integer(0),) + zs[1:]
-    weights = [sp.exp(-v) for v in zs_i]
-    total = sum(weights)
-    lhs = sum(w * v for w, v in zip(weights, zs_i)) / total - W
-    rhs = (sum(w * (v - W) for w, v in zip(weights, zs_i))) / total
-    parts.append(fact(sp.simplify(lhs - rhs) == 0,
-                      "step 1 (N=4): sum p_j z_j - W = sum_j e^{-z_j}(z_j - W) / sum_j e^{-z_j}, the z_i = 0 term is -W"))
+    # step 1, any N: S = sum_{j != i} e^{-z_j} and T = sum_{j != i} e^{-z_j} z_j (the z_i = 0 term contributes
+    # e^0 = 1 to the denominator and 0 to the numerator), so sum_j p_j z_j = T / (1 + S), and by linearity of the
+    # finite sums sum_{j != i} k(z_j) = T - W S.
+    S, T = sp.symbols("S T", positive=True)
+    parts.append(fact(sp.simplify(T / (1 + S) - W - (T - W * S - W) / (1 + S)) == 0,
+                      "step 1 (any N): sum_j p_j z_j - W = (sum_{j != i} k(z_j) - W) / (1 + S), k(z) = e^{-z}(z - W), "
+                      "S = sum_{j != i} e^{-z_j} > 0, with sum_{j != i} k(z_j) = T - W S (linearity)"))
 
     # step 2
     k = sp.exp(-z) * (z - W)
@@ -57,10 +57,12 @@ def prove() -> ProofResult:
     bound = sp.expand((n - 1) * sp.exp(-1 - W)).subs(define_W)
     parts.append(fact(sp.simplify(bound - W) == 0, "step 3: (N-1) e^(-1-W) = W using W e^W = (N-1)/e"))
 
-    # step 4 (N = 4): gradient and value at the maximiser
-    value = sum(w * v for w, v in zip(weights, zs_i)) / total
-    gradient_ok = all(sp.simplify(sp.diff(value, zj) - (sp.exp(-zj) / total) * (1 - zj + value)) == 0 for zj in zs[1:])
-    parts.append(fact(gradient_ok, "step 4 (N=4): d/dz_j sum_k p_k z_k = p_j (1 - z_j + sum_k p_k z_k), so "
+    # step 4, any N: the terms other than j enter through S_j = sum_{k != j} e^{-z_k} and T_j = sum_{k != j} e^{-z_k} z_k
+    S_j, T_j = sp.symbols("S_j T_j", positive=True)
+    value = (sp.exp(-z) * z + T_j) / (sp.exp(-z) + S_j)
+    p_j = sp.exp(-z) / (sp.exp(-z) + S_j)
+    gradient_ok = sp.simplify(sp.diff(value, z) - p_j * (1 - z + value)) == 0
+    parts.append(fact(gradient_ok, "step 4 (any N): d/dz_j sum_k p_k z_k = p_j (1 - z_j + sum_k p_k z_k), so "
                                    "stationary points have z_j = 1 + value for all j != i"))
     m = sp.Symbol("m", positive=True)  # m = N - 1 equal entries at z = 1 + W
     at_max = (m * (1 + W) * sp.exp(-1 - W)) / (1 + m * sp.exp(-1 - W))
@@ -68,7 +70,7 @@ def prove() -> ProofResult:
     at_max = sp.simplify(sp.expand(sp.expand(at_max, power_exp=True)).subs(define_W))
     parts.append(fact(sp.simplify(at_max - W) == 0,
                       f"equality: with the N-1 other entries at 1 + W, sum_j p_j z_j simplifies to {at_max}"))
-    return combine(CLAIM, parts)
+    return combine(CLAIM, parts, scope=SCOPE)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import sympy as sp
 from proofs._check import Check, fact
 from proofs._result import ProofResult, combine
 
+SCOPE = {"bounds": "x >= e", "ratio": "N -> oo"}
 CLAIM = "W_0((N-1)/e) ~ log N - log log N (ratio tends to 1), via log x - log log x <= W_0(x) <= log x - log(log x)/2"
 
 
@@ -46,7 +47,7 @@ def prove() -> ProofResult:
                       for k in (2, 4, 8, 16))
     parts.append(fact(to_n == 1, f"lim L((N-1)/e) / (log N - log log N) = {to_n} (illustration only, slow "
                                  f"convergence: W/(log N - log log N) at {table})"))
-    return combine(CLAIM, parts)
+    return combine(CLAIM, parts, scope=SCOPE)
 
 
 if __name__ == "__main__":

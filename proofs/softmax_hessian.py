@@ -15,9 +15,10 @@ theta in forms chosen to avoid interval dependency. Each form is an identity:
 (U) y_j - ybar_i = (y_j - y_i) - sum_k P_ik (y_k - y_i), so d^2 (y_j - ybar_i) = -d^2 w_i with w_i = sum_k P_ik
     (y_k - y_i), independent of j (y linear in theta).
 
-Checks. (H) is PROVED by SymPy for N = 2, 3, 4 logits that are arbitrary (undefined) functions of two parameters:
-the difference of both sides simplifies to 0. The identity is the same algebra for every N; for N = 6 with random
-quadratic logits it is CHECKED at random points against mpmath second differences (30 digits). (C) is PROVED for
+Checks. (H) is PROVED for every N: SymPy differentiates P_j = e^{f_j} / Z with the rules d Z = Z E_P[df] and
+d E_P[g] = E_P[dg] + Cov_P(g, df), which follow from linearity of the sums (see `_softmax_hessian_any_N`); and
+directly for N = 2 logits that are arbitrary (undefined) functions of two parameters; for N = 6 with random
+quadratic logits it is SAMPLED (a cross-check, which can only lower the status) at random points against mpmath second differences (30 digits). (C) is PROVED for
 N = 2..4 in d = 1 and N = 3 in d = 2 with symbolic weights summing to 1. (U) is immediate from sum_k P_ik = 1 and
 PROVED for N = 3 by SymPy in the same way.
 """
@@ -57,6 +58,35 @@ def _softmax_hessian_identity(N: int) -> tuple[Status, str]:
     ok = all(w == 0 for w in worst)
     return fact(ok, f"(H) N = {N}, two parameters, arbitrary logits f_k(x1, x2): d^2 P_1/dx_a dx_b - formula "
                     f"simplifies to {'0 for all a, b' if ok else worst}")
+
+
+def _softmax_hessian_any_N() -> tuple[Status, str]:
+    """(H) for every N. With Z = sum_k e^{f_k} and E_a = E_P[d_a f], linearity of the sum gives d_a Z = Z E_a (R1),
+    hence d_a P_j = P_j m_j,a; and for any g, d_b E_P[g] = E_P[d_b g] + sum_k P_k g_k m_k,b = E_P[d_b g] +
+    Cov_P(g, d_b f) (R2: sum_k P_k = 1). SymPy then differentiates P_j = e^{f_j} / Z twice with the rules
+    d_a Z -> Z E_a and d_b E_a -> E_P[d_ab f] + Cov_ab (R2 with g = d_a f): both sides agree for all a, b."""
+    x = sp.symbols("x1 x2")
+    f, Z = sp.Function("f")(*x), sp.Function("Z")(*x)
+    E = [sp.Function(f"E{a}")(*x) for a in range(2)]
+    rules = {sp.Derivative(Z, x[a]): Z * E[a] for a in range(2)}
+    P = sp.exp(f) / Z
+    m = [sp.diff(f, x[c]) - E[c] for c in range(2)]
+    ok = True
+    for a in range(2):
+        ok &= sp.simplify(sp.diff(P, x[a]).subs(rules) - P * m[a]) == 0
+        for b in range(2):
+            mean_hessian, cov = sp.Symbol(f"Hbar_{a}{b}"), sp.Symbol(f"Cov_{min(a, b)}{max(a, b)}")
+            second = sp.diff(P * m[a], x[b]).subs(rules).subs({sp.Derivative(E[a], x[b]): mean_hessian + cov})
+            rhs = P * (m[a] * m[b] - cov + sp.diff(f, x[a], x[b]) - mean_hessian)
+            ok &= sp.simplify(second.subs(rules) - rhs) == 0
+    p_k, p_l, y_k, y_l = sp.symbols("p_k p_l y_k y_l", real=True)
+    pair = sp.expand(sp.Rational(1, 2) * p_k * p_l * (y_k - y_l) ** 2
+                     - (sp.Rational(1, 2) * (p_k * y_k ** 2) * p_l + sp.Rational(1, 2) * (p_l * y_l ** 2) * p_k
+                        - (p_k * y_k) * (p_l * y_l)))
+    return fact(ok and pair == 0, "(H) any N: d_a P_j = P_j m_j,a and d_ab P_j = P_j [m_j,a m_j,b - Cov_ab + d_ab f_j - "
+                                  "E_P[d_ab f]] from d Z = Z E_P[df] and d E_P[g] = E_P[dg] + Cov_P(g, df) (linearity); "
+                                  "Cov_P = 1/2 sum_kl P_k P_l (.)(.)^T by the per-pair identity 1/2 p_k p_l (y_k - y_l)^2 = "
+                                  "1/2 p_k y_k^2 p_l + 1/2 p_l y_l^2 p_k - p_k y_k p_l y_l, summed with sum_k P_k = 1")
 
 
 def _softmax_hessian_numeric(N: int = 6, L: int = 3, samples: int = 20, seed: int = 0) -> tuple[Status, str]:
@@ -126,13 +156,19 @@ def _u_identity() -> tuple[Status, str]:
     return fact(diff == 0, f"(U) N = 3: (y_j - ybar_i) - ((y_j - y_i) - w_i) expands to {diff}")
 
 
+SCOPE = {"(H) N": ">= 1 (also directly at N = 2), any logits of two parameters (every entry of the Hessian)", "(C) (N, d)": "in {(2, 1), (3, 1), (4, 1), (3, 2)}",
+         "(U) N": "= 3"}
+REQUIRES = Status.PROVED
+
+
 def prove() -> ProofResult:
-    parts = [_softmax_hessian_identity(N) for N in (2, 3, 4)]
-    parts.append(_softmax_hessian_numeric())
+    parts = [_softmax_hessian_any_N(), _softmax_hessian_identity(2)]
     parts += [_covariance_identity(N, 1) for N in (2, 3, 4)] + [_covariance_identity(3, 2)]
     parts.append(_u_identity())
-    return combine(CLAIM, parts)
+    return combine(CLAIM, parts, scope=SCOPE, cross_checks=[_softmax_hessian_numeric()])
 
 
 if __name__ == "__main__":
-    print(prove())
+    from proofs import standalone
+
+    raise SystemExit(standalone(prove, __name__))

@@ -35,7 +35,7 @@ smaller radius is still valid (used for boxes with a box-specific separation).
 
 Checks. A1-A6 are sign and identity facts proven by SymPy (x = 1 + u, u >= 0, s >= 0: the polynomials have only
 positive coefficients). The assembled inequality (which also relies on the Lemma, proven in `proofs/`, and on the
-norm facts above) is CHECKED numerically on random and adversarially shifted two-cluster configurations at the
+norm facts above) is SAMPLED numerically on random and adversarially shifted two-cluster configurations at the
 smallest separations (cross distance exactly r, r in [1, 2.5]), against the code's ``tail_bound``.
 """
 
@@ -51,6 +51,8 @@ from proofs._check import fact, numeric
 from proofs._l2numeric import core_blocks
 from proofs._result import ProofResult, Status, combine
 
+SCOPE = {"A1-A6": "exact, r >= 1, W >= 0", "assembled bound": "sampled, N 2..6, d 1..3, r in [1, 2.5]",
+         "shipped formula": "N 2..7, d 1..3, r in {1, 2, 3.5}"}
 CLAIM = ("for groups S, T at distance >= r >= 1: sum_j ||E_ij||_2 <= (N-1) e^{-r^2} (3 + 12W + 4r^2 + 8r sqrt W), "
          "eps_inf = sqrt(d) (N-1) rho K, eps_2 = sqrt(N d) eps_inf, and c_p(N) <= max(B&B, max_s c_p(s) + eps_p)")
 
@@ -150,7 +152,7 @@ def check_tail(eps_fn: Callable[[float, int, int, str], float], samples: int = 1
             if ratio > worst:
                 worst, worst_at = ratio, f"N={N} d={d} r={r:.3f} p={p}"
             if not (e_norm <= eps and whole <= parts + eps):
-                return Status.FAILED, (f"||E||_{p} = {e_norm:.6g} > eps = {eps:.6g} (or recursion violated) at N={N}, "
+                return Status.UNPROVED, (f"||E||_{p} = {e_norm:.6g} > eps = {eps:.6g} (or recursion violated) at N={N}, "
                                        f"d={d}, r={r:.4f}, Y={np.round(Y, 4).tolist()}")
     return numeric(True, f"{samples} two-cluster configurations (N 2..6, d 1..3, cross distance exactly r in [1, 2.5]),"
                          f" both norms: ||E||_p <= eps_p and ||M|| <= max block norm + eps_p; "
@@ -177,15 +179,15 @@ def _code_formula_matches() -> tuple[Status, str]:
                 e_inf = math.sqrt(d) * (N - 1) * math.exp(-r**2) * K
                 for p, ref in (("inf", e_inf), ("2", math.sqrt(N * d) * e_inf)):
                     code = tail_bound(r, N, d, p)
-                    if code < ref * (1 - 1e-12):
-                        return Status.FAILED, f"tail_bound({r}, {N}, {d}, {p}) = {code} < formula {ref}"
+                    if not abs(code / ref - 1) <= 1e-12:
+                        return numeric(False, f"tail_bound({r}, {N}, {d}, {p}) = {code} != formula {ref}")
                     worst = max(worst, abs(code / ref - 1))
     return numeric(True, f"certify's tail_bound matches the formula (rounded up) for N 2..7, d 1..3, r in (1, 2, 3.5); "
                          f"largest relative difference {worst:.2g}")
 
 
 def prove() -> ProofResult:
-    return combine(CLAIM, _symbolic() + [_code_formula_matches(), check_tail(_code_eps)])
+    return combine(CLAIM, _symbolic() + [_code_formula_matches(), check_tail(_code_eps)], scope=SCOPE)
 
 
 def _too_small(r: float, N: int, d: int, p: str) -> float:

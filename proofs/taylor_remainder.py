@@ -123,8 +123,11 @@ def check_remainder(scale: float = 1.0, instances: int = 12, points: int = 15, s
                          f"excess {worst:.2g} (<= 0 means inside)")
 
 
+SCOPE = {"chain rule": "DP head, N = 2, D = 1 (SymPy)", "inclusion": "12 random DP / L2 layers and boxes, 720 samples"}
+
+
 def prove() -> ProofResult:
-    return combine(CLAIM, [check_chain_rule(), check_remainder()])
+    return combine(CLAIM, [check_chain_rule(), check_remainder()], scope=SCOPE)
 
 
 INJECTIONS = {"remainder": lambda: combine(CLAIM + " [injected: T * 0.9]", [check_remainder(scale=0.9)])}

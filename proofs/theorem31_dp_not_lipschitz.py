@@ -3,11 +3,12 @@
 For f = softmax(X A^T X^T) X (A = W_K W_Q^T / sqrt(d)):
 - D = 1, at x_i = 0: row i of the softmax is uniform and d f_i / d x_i = 1/N + a Var(x), Var the population
   variance of all N token values (x_i = 0 included);
-- general D, at x_i = 0: J_ii = (1/N) X^T (I - 1 1^T / N) X A + I / N;
+- D = 2 (MATH.md states it for general D; only D = 2 is checked here), at x_i = 0: J_ii = (1/N) X^T (I - 1 1^T / N) X A + I / N;
 - witness: x_i = 0 and the other tokens scaled by t: the entry grows like t^2 and tends to infinity
   (`sympy.limit`), so no operator norm of J is bounded (every p-norm dominates the largest entry up to a constant).
 
-All by SymPy differentiation of the definition (N = 3; D = 1 and D = 2 with generic symbols).
+All by SymPy differentiation of the definition (N = 3; D = 1 and D = 2 with generic symbols). One witness suffices
+for the theorem (not Lipschitz at N = 3); the formulas for other N and D are not checked.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ import sympy as sp
 
 from certify.symbolic import block, differentiate, matrices_equal, softmax_rows, symbol_matrix, symbolic_input
 from proofs._check import Check, fact, matrix_identity
-from proofs._result import ProofResult, combine
+from proofs._result import ProofResult, Status, combine
 
-CLAIM = ("Theorem 3.1: at x_i = 0, d f_i/d x_i = 1/N + a Var(x) (D = 1) and J_ii = (1/N) X^T (I - 11^T/N) X A "
-         "+ I/N (general D); with the other tokens scaled by t the entry tends to infinity")
+CLAIM = ("Theorem 3.1: DP attention is not Lipschitz: at x_i = 0, d f_i/d x_i = 1/N + a Var(x) (D = 1) and J_ii = "
+         "(1/N) X^T (I - 11^T/N) X A + I/N (D = 2); with the other tokens scaled by t the entry tends to infinity")
+SCOPE = {"N": "= 3", "D": "in {1, 2}"}
+REQUIRES = Status.PROVED
 
 
 def _dp_jacobian(X: sp.Matrix, A: sp.Matrix) -> sp.Matrix:
@@ -63,7 +66,7 @@ def check_general(N: int = 3, D: int = 2) -> list[Check]:
 
 
 def prove() -> ProofResult:
-    return combine(CLAIM, check_scalar() + check_general())
+    return combine(CLAIM, check_scalar() + check_general(), scope=SCOPE)
 
 
 if __name__ == "__main__":

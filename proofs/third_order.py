@@ -18,10 +18,10 @@ with m_j = grad f_j - sum_k P_k grad f_k and Cov = sum_k P_k m_k m_k^T,
 Checks. (P3) is PROVED by SymPy for N = 2 logits that are arbitrary (undefined) functions of two parameters, for the
 four index patterns (lll, llm, lmm, mmm) that cover every (l, m, n) by symmetry: the difference of both sides
 simplifies to 0 (N = 3 also simplifies to 0, in about a minute, too slow for every run). The algebra is the same for
-every N; for N = 6 with random quadratic logits it is CHECKED against mpmath third differences (40 digits). The
+every N; for N = 6 with random quadratic logits it is SAMPLED against mpmath third differences (40 digits). The
 assembled bound (the third-derivative enclosure built from (P3) and the product rule
 (u w)^(3) = u^(3) w + u w^(3) + sym3(u'' w') + sym3(w'' u'), the outward-rounded intervals, the point enclosures at
-the centre and the vertex maximisation) is CHECKED: on random boxes (N 2..5, d 1..2, both norms), ||M(Y)||_p at
+the centre and the vertex maximisation) is SAMPLED: on random boxes (N 2..5, d 1..2, both norms), ||M(Y)||_p at
 sampled configurations, corners included, never exceeds the bound.
 """
 
@@ -161,9 +161,12 @@ def _ten_percent_low(lo, hi, par, norm):
     return _code_bound(lo, hi, par, norm) / 1.1
 
 
+SCOPE = {"(P3) N": "= 2 exact (N = 6 sampled), two parameters", "bound": "sampled boxes, N 2..5, d 1..2"}
+
+
 def prove() -> ProofResult:
     parts = [_softmax_third_identity(2), _softmax_third_numeric(), check_bound(_code_bound)]
-    return combine(CLAIM, parts)
+    return combine(CLAIM, parts, scope=SCOPE)
 
 
 INJECTIONS = {

@@ -10,15 +10,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
     parser = subparsers.add_parser(
         "proofs", help="check every claim symbolically or numerically and write a Markdown report",
-        description="Run proofs/<name>.py for every claim: PROVED (SymPy), CHECKED (numeric or interval, with "
-                    "sample counts) or FAILED (with a counterexample). Exit status 1 if any claim FAILED, except a FAILED "
-                    "erratum of MATH.md (a statement certify does not rely on; --strict counts those too).")
+        description="Run proofs/<name>.py for every claim: PROVED, PROVED-MODULO (named lemmas), VERIFIED (interval "
+                    "arithmetic), SAMPLED (numeric, with counts), UNPROVED or REFUTED (rigorous counterexample), each "
+                    "with its scope. Exit status 1 if a claim is below what certify needs of it (see proofs/README.md).")
     add_arguments(parser)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the selected proofs, print the table, write the report; 0 if none FAILED, 1 otherwise."""
+    """Run the selected proofs, print the table, write the report; 0 if every claim meets its requirement, else 1."""
     from proofs._runner import run_args
 
     return run_args(args)

@@ -13,7 +13,6 @@ from ._bounds import weight_norms as weight_norms
 from ._exact import exact_constant_n2 as exact_constant_n2
 from ._exact import exact_constant_n2_interval as exact_constant_n2_interval
 from ._exact import maximiser_enclosure as maximiser_enclosure
-from ._jacobians import attention_closed_form as attention_closed_form
 from ._jacobians import attention_jacobian as attention_jacobian
 from ._jacobians import block as block
 from ._jacobians import core_closed_form as core_closed_form

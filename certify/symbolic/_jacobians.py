@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import sympy as sp
 
-from ._maps import SymbolicWeights, attention, head_scale, softmax_rows, squared_distance_logits
+from ._maps import SymbolicWeights, attention, softmax_rows, squared_distance_logits
 
 
 def differentiate(F: sp.Matrix, X: sp.Matrix) -> sp.Matrix:
@@ -90,32 +90,6 @@ def core_closed_form(Y: sp.Matrix, P: sp.Matrix | None = None) -> sp.Matrix:
         return out
 
     return from_blocks(N, M)
-
-
-def attention_closed_form(X: sp.Matrix, weights: SymbolicWeights, scale: sp.Expr | None = None) -> sp.Matrix:
-    """Closed-form Jacobian of F = concat_h f^h W_O (no biases): J^F_ij = sum_h W_O_h^T W_V^{h T} J^h_ij.
-
-    DP: J^h from `dp_closed_form` with A = W_K W_Q^T / sqrt(d), values X W_V.
-    L2 (tied): J^h from `l2_closed_form` with A = W_Q W_Q^T / sqrt(d), values X A W_V.
-    """
-    if weights.kind == "l2-untied":
-        raise ValueError("no closed form for untied L2 attention (it is not Lipschitz); use `differentiate`")
-    if any(getattr(weights, b) is not None for b in ("b_Q", "b_K", "b_V")):
-        raise ValueError("closed forms are for bias-free heads; use `differentiate` with biases")
-    N, s = X.rows, head_scale(weights.d, scale)
-    total = sp.zeros(N * weights.D, N * weights.D)
-    for h in range(weights.H):
-        W_Q, W_K, W_V = weights.W_Q[h], weights.W_K[h], weights.W_V[h]
-        if weights.kind == "dp":
-            # P written exactly as in the definition (same exponential atoms), A = W_K W_Q^T / sqrt(d)
-            J = dp_closed_form(X, W_K * W_Q.T / s, softmax_rows((X * W_Q) * (X * W_K).T / s))
-        else:
-            A = W_Q * W_Q.T / s
-            P = softmax_rows(squared_distance_logits(X * W_Q, X * W_Q, s))
-            J = l2_closed_form(X, A, P)
-        left = weights.W_O_head(h).T * W_V.T
-        total += from_blocks(N, lambda i, j: left * block(J, N, i, j))
-    return total
 
 
 def attention_jacobian(X: sp.Matrix, weights: SymbolicWeights, scale: sp.Expr | None = None) -> sp.Matrix:

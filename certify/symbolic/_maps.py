@@ -81,17 +81,6 @@ class SymbolicWeights:
         """W^O_h: the d rows of W_O that multiply head h's output."""
         return self.W_O[h * self.d:(h + 1) * self.d, :]
 
-    def symbols(self) -> list[sp.Symbol]:
-        """All free symbols, in a fixed order (W_Q, W_K, W_V heads, W_O, biases), for lambdify."""
-        seen: dict[sp.Symbol, None] = {}
-        for name in ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V"):
-            for m in getattr(self, name) or ():
-                seen.update(dict.fromkeys(m))
-        seen.update(dict.fromkeys(self.W_O))
-        if self.b_O is not None:
-            seen.update(dict.fromkeys(self.b_O))
-        return [s for s in seen if isinstance(s, sp.Symbol)]
-
 
 def symbolic_weights(kind: str, D: int, H: int = 1, d: int | None = None, biases: bool = False) -> SymbolicWeights:
     """Generic symbolic weights: every entry its own real symbol (W_K is W_Q for tied L2).
