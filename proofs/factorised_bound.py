@@ -56,7 +56,7 @@ def check_factor_norms(count: int = 24) -> Check:
     for norm in ("2", "inf"):
         for _, layer, label in instances(norm, count, seed=4, climb=0):
             norms = weight_norms(layer, norm)
-            left, right = _factorised.factorised_weight_factors(attention_weights(layer), norm)
+            left, right = map(float, _factorised.factorised_weight_factors(attention_weights(layer), norm))  # Scaled
             gap = max(abs(left / norms["G"] - 1), abs(right / norms["V"] - 1))
             worst = max(worst, gap)
             if not gap <= 1e-12:

@@ -130,7 +130,7 @@ def test_huge_radius_is_refused(methods):
 def test_cli_refuses_a_huge_radius(capsys, tmp_path):
     path = tmp_path / "dp.pt"
     torch.save(torch.nn.MultiheadAttention(4, 2, batch_first=True).state_dict(), path)
-    code = main(["layer", str(path), "--heads", "2", "--tokens", "2", "--norm", "2", "--radius", "1e200", "--quiet",
+    code = main(["layer", str(path), "--heads", "2", "--add-zero-attn", "no", "--tokens", "2", "--norm", "2", "--radius", "1e200", "--quiet",
                  "--time-budget", "1"])
     err = capsys.readouterr().err
     assert code == 2 and "error:" in err and "float64" in err and "Traceback" not in err

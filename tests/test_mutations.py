@@ -179,7 +179,7 @@ MUTATIONS = [
              "core_jacobian_float", "M[:, idx, idx] += 2.0 * cov", "M[:, idx, idx] += cov", _shipped_core),
     # shipped code: certify.jacobian
     Mutation("l2_factors: V = W^Q / sqrt(d) for / d^{1/4}", "certify.jacobian._l2", "l2_factors",
-             "weights.W_Q / weights.d**0.25", "weights.W_Q / weights.d**0.5", _factorised_weights),
+             "weights.W_Q / weights.d**0.25", "weights.W_Q / weights.d**0.5", _shipped_jacobian("l2")),
     Mutation("M(Y) torch: dropped delta_ij (no covariance block)", "certify.jacobian._l2", "core_blocks",
              "M[:, index, index] += 2 * covariance", "M[:, index, index] += 0 * covariance", _shipped_core),
     Mutation("M(Y) torch: (y_j - y_i) for (y_i - y_j), E_ij vs E_ji", "certify.jacobian._l2", "core_blocks",

@@ -17,7 +17,7 @@ from certify.cli import main
 def unit_rows(shared):
     # deterministic (steps, not seconds); the naive baseline gets the wall time the search used
     return shared("tightness-unit-rows", lambda: tightness("unit", ("inf", "2"), max_tokens=4, seconds=None,
-                                                           baseline=True, restarts=8, steps=150))
+                                                           baseline=True, restarts=16, steps=150))
 
 
 def test_unit_rows_are_sound_and_near_the_paper_bound_in_the_inf_norm(unit_rows):

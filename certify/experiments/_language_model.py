@@ -36,7 +36,8 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from .._certify import certify_layer, make_domain
+from .._certify import certify_layer
+from .._domain import Global
 from .._errors import CertifyError, InvalidInputError
 from ..adversarial import lower_bound
 from ..bounds import METHODS
@@ -335,7 +336,7 @@ def certify_model(model: CharTransformer, norms: tuple[str, ...] = ("inf", "2"),
                                    "domain": "global" if radius is None else Ball(radius).scope, "radius": radius}
             options = {"restarts": lower_restarts, "steps": lower_steps}
             lower = lower_steps > 0 and norm in lower_norms
-            domain = make_domain(radius)
+            domain = Global() if radius is None else Ball(radius)
             chosen = None if methods is None else [
                 m for m in methods if m in METHODS and METHODS[m].applies(weights, domain, config.context, norm)
             ]
