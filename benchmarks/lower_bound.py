@@ -20,7 +20,7 @@ Usage (the default runs in about 4 minutes on 2 CPU cores):
 this checkout and, with ``--baseline-checkout DIR``, for another checkout in the same run (each in a subprocess
 with ``PYTHONPATH=DIR``): columns default budget / long run / ratio, median over ``--seeds``.
 
-    python benchmarks/lower_bound.py --biased --baseline-checkout /work/main --seeds 0,1,2 --seconds 10,60
+    python benchmarks/lower_bound.py --biased --baseline-checkout ../certify-main --seeds 0,1,2 --seconds 10,60
 """
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", choices=("float64", "float32"), default="float64")
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--biased", action="store_true", help="default budget vs long run on the biased D = 4 layer")
-    parser.add_argument("--baseline-checkout", help="with --biased: also run this checkout (e.g. /work/main)")
+    parser.add_argument("--baseline-checkout", help="with --biased: also run this checkout (e.g. a clone of an older commit)")
     parser.add_argument("--seeds", default="0,1,2", help="with --biased: comma-separated seeds")
     args = parser.parse_args(argv)
     if args.biased:
