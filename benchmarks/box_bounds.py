@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from certify.bounds._global_l2 import domain, global_l2_constant  # noqa: E402
-from certify.bounds._global_l2_mvf import box_bounds, taylor_bounds  # noqa: E402
-from certify.bounds._universal import certified_table  # noqa: E402
+from certify.bounds.global_l2._search import domain, global_l2_constant  # noqa: E402
+from certify.bounds.global_l2._mean_value import box_bounds, taylor_bounds  # noqa: E402
+from certify.bounds.closed_form._universal import certified_table  # noqa: E402
 
 
 def certify_both(N: int, d: int, norm: str, tol: float, budget: float, repeat: int) -> dict:
@@ -73,7 +73,7 @@ def remainder_overestimate(N: int, h: float, count: int, samples: int = 48) -> d
     and bound spends its time), the median 2-norm of the Taylor remainder 1/2 sum_{l,m} h_l h_m |H_lm| with H
     (a) the interval Hessian over the box (what the bound uses) and (b) the largest |central second difference|
     (step 1e-4) at ``samples`` points of the box, its vertices first: an estimate of the exact one, not a bound."""
-    from certify.bounds._global_l2_enclosure import core_jacobian_float, enclose_core_jacobian
+    from certify.bounds.global_l2._enclosure import core_jacobian_float, enclose_core_jacobian
     from certify.interval import Interval
 
     rng = np.random.default_rng(0)

@@ -122,8 +122,8 @@ def _boxes_per_second(retain: bool, repeat: int) -> float:
         from certify._memory import retain_freed_memory
 
         retain_freed_memory()
-    from certify.bounds._global_l2_enclosure import gap_parametrisation
-    from certify.bounds._global_l2_mvf import box_bounds
+    from certify.bounds.global_l2._enclosure import gap_parametrisation
+    from certify.bounds.global_l2._mean_value import box_bounds
 
     rng = np.random.default_rng(1)
     centre = rng.uniform(0.1, 1.7, size=(512, L))

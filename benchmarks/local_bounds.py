@@ -26,7 +26,7 @@ from problems import random_weights  # noqa: E402
 from certify._domain import Ball  # noqa: E402
 from certify.adversarial import lower_bound  # noqa: E402
 from certify.bounds import castin_bound, paper_bound  # noqa: E402
-from certify.bounds._local import local_bound  # noqa: E402
+from certify.bounds.local._search import local_bound  # noqa: E402
 
 CASES = [(2, 1), (3, 2), (4, 4), (8, 8)]
 RADII = [0.5, 1.0, 2.0]

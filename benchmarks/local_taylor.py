@@ -1,4 +1,4 @@
-"""The Taylor bound (`certify.bounds._local_taylor`) vs the local branch and bound on a trained layer around a real
+"""The Taylor bound (`certify.bounds.local._taylor`) vs the local branch and bound on a trained layer around a real
 input (issue 15: D = 48, H = 3, d = 16, q/k/v/out biases, N = 17).
 
     python benchmarks/local_taylor.py [--budget 20] [--lower-seconds 5] [--train-seconds 30] [--eps 1e-3 1e-2 1e-1]
@@ -27,8 +27,8 @@ from torch import nn
 from certify._domain import EpsBall
 from certify.adversarial import lower_bound
 from certify.attention import as_weights
-from certify.bounds._local import local_bound
-from certify.bounds._local_taylor import memory_estimate, taylor_bound
+from certify.bounds.local._search import local_bound
+from certify.bounds.local._taylor import memory_estimate, taylor_bound
 from certify.jacobian import jacobian, jacobian_norm
 
 

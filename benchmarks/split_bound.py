@@ -29,10 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from certify.bounds._global_l2 import domain, global_l2_constant, split_bounds  # noqa: E402
-from certify.bounds._global_l2_domain import cluster_partitions  # noqa: E402
-from certify.bounds._global_l2_mvf import box_bounds  # noqa: E402
-from certify.bounds._universal import certified_table  # noqa: E402
+from certify.bounds.global_l2._search import domain, global_l2_constant, split_bounds  # noqa: E402
+from certify.bounds.global_l2._domain import cluster_partitions  # noqa: E402
+from certify.bounds.global_l2._mean_value import box_bounds  # noqa: E402
+from certify.bounds.closed_form._universal import certified_table  # noqa: E402
 
 
 def constants(d: int, norm: str) -> dict[int, float]:

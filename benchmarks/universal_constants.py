@@ -30,9 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from certify.bounds._global_l2 import global_l2_constant  # noqa: E402
+from certify.bounds.global_l2._search import global_l2_constant  # noqa: E402
 from certify.bounds import default_constant  # noqa: E402
-from certify.bounds._lambert import phi_inverse  # noqa: E402
+from certify.bounds.closed_form._lambert import phi_inverse  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "certify" / "data" / "universal_constants.json"
 TABLE = [(N, 1) for N in range(2, 7)] + [(N, 2) for N in range(2, 5)]

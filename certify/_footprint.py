@@ -6,7 +6,7 @@ intermediates). The closed forms (paper, factorised, castin) use O(H D d) memory
 matrix-free path for long sequences.
 
 - local branch and bound (``bnb`` / ``sdp`` on a ball or eps-ball): its first step evaluates 64 dense Jacobians
-  of size (N D)^2 (`certify.bounds._local.local_bound`);
+  of size (N D)^2 (`certify.bounds.local._search.local_bound`);
 - global branch and bound: applies only for N <= 6 (cheap);
 - adversarial lower bound: the free phase runs ``max(2, min(restarts, FREE_BATCH_ENTRIES / (N D)^2))`` inputs at
   once, each with H attention matrices of N^2 entries (times d for L2 attention: the pairwise differences

@@ -1,6 +1,6 @@
 """Keep freed heap memory for reuse, so that large numpy temporaries do not cost fresh page faults.
 
-The interval arithmetic of the branch and bound (``certify.bounds._global_l2*``) allocates and frees arrays of a few
+The interval arithmetic of the branch and bound (``certify.bounds.global_l2._search*``) allocates and frees arrays of a few
 megabytes thousands of times a second. glibc's defaults return such blocks to the system (``munmap`` above the mmap
 threshold, heap trimming above 128 KiB), so every new temporary is faulted in page by page; on this machine that
 made three ``np.minimum`` of 2 MB arrays take 4.3 ms instead of 0.24 ms; on whole box evaluations the gain is

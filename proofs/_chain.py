@@ -75,7 +75,7 @@ def symbolic_globals(module: ModuleType, **values: object) -> Iterator[None]:
 
 def shipped_paper_constant(norm: str) -> sp.Expr:
     """`certify.bounds.paper_constant(N, d, norm)` evaluated on the symbols N, d (phi_inverse -> phi_inv)."""
-    from certify.bounds import _paper
+    from certify.bounds.closed_form import _paper
 
     with symbolic_globals(_paper, phi_inverse=PHI_INV, math=SYMPY_MATH):
         return sp.sympify(_paper.paper_constant(N_SYMBOL, D_SYMBOL, norm))
@@ -84,7 +84,7 @@ def shipped_paper_constant(norm: str) -> sp.Expr:
 def shipped_default_constant(norm: str) -> sp.Expr:
     """`certify.bounds.default_constant(N, d, norm)` (the proven c_p(N, d) bound the factorised bound falls back to)
     evaluated on the symbols N, d, without its final round_up."""
-    from certify.bounds import _universal
+    from certify.bounds.closed_form import _universal
 
     with symbolic_globals(_universal, phi_inverse=PHI_INV, math=SYMPY_MATH, round_up=lambda x: x):
         return sp.sympify(_universal.default_constant(N_SYMBOL, D_SYMBOL, norm))
@@ -143,7 +143,7 @@ def attention_weights(layer: object) -> object:
 
 def shipped_paper_bound(norm: str) -> Callable[[int], Callable[[object, int], float]]:
     """bound_for_heads(H) -> bound(layer, N): the certified value of the shipped `certify.bounds.paper_bound`."""
-    from certify.bounds import _paper
+    from certify.bounds.closed_form import _paper
 
     return lambda H: lambda layer, N: _paper.paper_bound(attention_weights(layer), N, norm).value
 
@@ -154,7 +154,7 @@ def check_weight_factor(norm: str, count: int = 24) -> Check:
     ||W^V_h||^2) ||W^O||), to 1e-12 relative, on `count` test layers (SAMPLED)."""
     import numpy as np
 
-    from certify.bounds import _paper
+    from certify.bounds.closed_form import _paper
     from proofs._check import numeric
     from proofs._l2numeric import instances, op_norm
 

@@ -48,7 +48,7 @@ LEMMAS = ("l2_factorisation", "jacobian_l2", "corollary_softmax_moments",
 def check_factor_norms(count: int = 24) -> Check:
     """Cross-check of the shipped code: `certify.bounds.factorised_weight_factors` (||[G_1 ... G_H]||_p, ||V||_p)
     equals the numpy values of `certify.symbolic.weight_norms` to 1e-12 relative, both norms (SAMPLED)."""
-    from certify.bounds import _factorised
+    from certify.bounds.closed_form import _factorised
 
     from proofs._chain import attention_weights
 
@@ -67,7 +67,7 @@ def check_factor_norms(count: int = 24) -> Check:
 
 
 def prove(count: int = 96) -> ProofResult:
-    from certify.bounds import _factorised
+    from certify.bounds.closed_form import _factorised
 
     from proofs._chain import attention_weights
 

@@ -36,7 +36,7 @@ def check_shipped_core(cases: tuple[tuple[int, int], ...] = ((2, 1), (3, 1), (3,
     import torch
 
     from certify import jacobian as shipped
-    from certify.bounds import _global_l2_enclosure as enclosure
+    from certify.bounds.global_l2 import _enclosure as enclosure
     from certify.symbolic import core_jacobian_function
 
     rng = np.random.default_rng(seed)

@@ -27,7 +27,7 @@ def check_shipped(grid: tuple[int, ...] = GRID) -> Check:
 
     import mpmath
 
-    from certify.bounds import _lambert
+    from certify.bounds.closed_form import _lambert
 
     worst = 0.0
     for n in grid:

@@ -1,6 +1,6 @@
 """Claim: the second-derivative forms the global L2 branch and bound encloses (MATH.md sections 2 and 7).
 
-``certify/bounds/_global_l2_enclosure.py`` encloses the Hessian of the L2 core Jacobian M over a box of parameters
+``certify/bounds/global_l2/_enclosure.py`` encloses the Hessian of the L2 core Jacobian M over a box of parameters
 theta in forms chosen to avoid interval dependency. Each form is an identity:
 
 (H) softmax Hessian. For logits f_1..f_N (smooth functions of theta) and P_j = e^{f_j} / sum_k e^{f_k},

@@ -1,4 +1,4 @@
-"""Claim: the split bound of the global L2 branch and bound (MATH.md section 7; ``certify/bounds/_global_l2_split.py``).
+"""Claim: the split bound of the global L2 branch and bound (MATH.md section 7; ``certify/bounds/global_l2/_split.py``).
 
 Setting (MATH.md section 2). N points y_k in R^d, P_ij = softmax_j(-||y_i - y_j||^2) and
 M_ij = P_ij I + 2 delta_ij Cov_i + 2 P_ij (y_j - ybar_i)(y_i - y_j)^T. Take any partition of the tokens into
@@ -101,7 +101,7 @@ def _block_diagonal(Y: np.ndarray, labels: np.ndarray) -> np.ndarray:
 
 def check_split(block_bounds: Callable, boxes: int = 120, samples: int = 12, seed: int = 0) -> tuple[Status, str]:
     """Random boxes in point coordinates, random partitions: sampled |E_ij| <= e_ij and the norm inequality."""
-    from certify.bounds._global_l2_enclosure import Parametrisation
+    from certify.bounds.global_l2._enclosure import Parametrisation
 
     rng = np.random.default_rng(seed)
     worst, worst_at, tested = 0.0, "", 0
@@ -146,7 +146,7 @@ def check_split(block_bounds: Callable, boxes: int = 120, samples: int = 12, see
 
 
 def _code_block_bounds(lo, hi, par, labels):
-    from certify.bounds._global_l2_split import block_bounds
+    from certify.bounds.global_l2._split import block_bounds
 
     return block_bounds(lo, hi, par, labels)
 

@@ -160,14 +160,14 @@ def check_tail(eps_fn: Callable[[float, int, int, str], float], samples: int = 1
 
 
 def _code_eps(r: float, N: int, d: int, p: str) -> float:
-    from certify.bounds._global_l2_tail import tail_bound
+    from certify.bounds.global_l2._tail import tail_bound
 
     return tail_bound(r, N, d, p)
 
 
 def _code_formula_matches() -> tuple[Status, str]:
     """The code's tail_bound equals the formula of the claim (evaluated here independently, to 1e-12)."""
-    from certify.bounds._global_l2_tail import tail_bound
+    from certify.bounds.global_l2._tail import tail_bound
     from scipy.special import lambertw
 
     worst = 0.0

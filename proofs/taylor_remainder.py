@@ -1,4 +1,4 @@
-"""Claim: the first-order Taylor form of the local bound (MATH.md section 7; ``certify/bounds/_local_taylor.py``).
+"""Claim: the first-order Taylor form of the local bound (MATH.md section 7; ``certify/bounds/local/_taylor.py``).
 
 Setting. B = [lo, hi] a box of inputs X (N x D), X0 in B, J the Jacobian of a DP (with biases) or tied L2 layer.
 
@@ -74,8 +74,8 @@ def _layer(rng: np.random.Generator):
 
 def check_remainder(scale: float = 1.0, instances: int = 12, points: int = 15, seed: int = 0) -> Check:
     """(II) and (III) on random instances; `scale` < 1 shrinks T (the injection)."""
-    from certify.bounds._local_enclosure import numpy_weights
-    from certify.bounds._local_taylor import taylor_enclosure
+    from certify.bounds.local._enclosure import numpy_weights
+    from certify.bounds.local._taylor import taylor_enclosure
     from certify.interval import Interval
     from certify.jacobian import jacobian
 

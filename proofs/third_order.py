@@ -1,5 +1,5 @@
 """Claim: the third-order Taylor bound of the global L2 branch and bound (MATH.md section 7;
-``certify/bounds/_global_l2_mvf.third_order_bounds``).
+``certify/bounds/global_l2/_mean_value.third_order_bounds``).
 
 (P3) softmax third derivatives. For logits f_1..f_N (smooth functions of theta) and P_j = e^{f_j} / sum_k e^{f_k},
 with m_j = grad f_j - sum_k P_k grad f_k and Cov = sum_k P_k m_k m_k^T,
@@ -125,8 +125,8 @@ def _softmax_third_numeric(N: int = 6, L: int = 3, samples: int = 8, seed: int =
 
 def check_bound(bound: Callable, boxes: int = 60, samples: int = 16, seed: int = 0) -> tuple[Status, str]:
     """bound(lo, hi, par, norm) >= ||M(Y)||_p at sampled configurations of random boxes (corners included)."""
-    from certify.bounds._global_l2 import domain
-    from certify.bounds._global_l2_enclosure import core_jacobian_float
+    from certify.bounds.global_l2._search import domain
+    from certify.bounds.global_l2._enclosure import core_jacobian_float
 
     rng = np.random.default_rng(seed)
     worst = -np.inf
@@ -152,7 +152,7 @@ def check_bound(bound: Callable, boxes: int = 60, samples: int = 16, seed: int =
 
 
 def _code_bound(lo, hi, par, norm):
-    from certify.bounds._global_l2_mvf import third_order_bounds
+    from certify.bounds.global_l2._mean_value import third_order_bounds
 
     return third_order_bounds(lo, hi, par, norm)[0]
 

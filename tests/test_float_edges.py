@@ -18,7 +18,7 @@ from hypothesis import event, given, strategies as st
 from certify import AttentionWeights, CertifyError, ContractiveL2MultiheadAttention, NotLipschitzError, certify_layer
 from certify.attention import attention
 from certify.bounds import castin_bound, factorised_bound, paper_bound
-from certify.bounds._local_structured import product_norm_upper
+from certify.bounds.local._structured import product_norm_upper
 from certify.cli import main
 from certify.invertible import contraction_certificate, invert
 from certify.jacobian import jacobian, jacobian_norm

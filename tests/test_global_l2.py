@@ -17,13 +17,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from certify.bounds import _global_l2_mvf as mvf
-from certify.bounds._global_l2 import DEFAULT_R, R_GRID, choose_r, domain, global_l2_constant
-from certify.bounds._global_l2_domain import bottleneck_distance, pair_sq_distances
+from certify.bounds.global_l2 import _mean_value as mvf
+from certify.bounds.global_l2._search import DEFAULT_R, R_GRID, choose_r, domain, global_l2_constant
+from certify.bounds.global_l2._domain import bottleneck_distance, pair_sq_distances
 from certify import interval as iv
-from certify.bounds._global_l2_enclosure import Dual, core_jacobian_float, dual_exp, dual_square, enclose_core_jacobian
-from certify.bounds._global_l2_lower import search_lower
-from certify.bounds._global_l2_tail import tail_bound, tail_bound_lookup, tail_bound_table
+from certify.bounds.global_l2._enclosure import Dual, core_jacobian_float, dual_exp, dual_square, enclose_core_jacobian
+from certify.bounds.global_l2._lower import search_lower
+from certify.bounds.global_l2._tail import tail_bound, tail_bound_lookup, tail_bound_table
 from certify.interval import Interval
 from certify.jacobian import l2_core_jacobian
 from certify.symbolic import exact_constant_n2
@@ -508,7 +508,7 @@ def test_worker_processes_give_the_same_certificate() -> None:
 def test_interrupted_branch_and_bound_keeps_a_certified_bound(monkeypatch, calls: int) -> None:
     """Ctrl-C in the middle of the search returns the bound certified so far, which still dominates the exact
     N = 2 constant and every sampled value (N = 3), and says it is incomplete."""
-    import certify.bounds._global_l2 as driver
+    import certify.bounds.global_l2._search as driver
 
     real = driver.box_bounds
     count = {"n": 0}
@@ -581,7 +581,7 @@ def test_table_meets_the_tightness_targets() -> None:
 
 
 def test_table_beats_the_paper_constant() -> None:
-    from certify.bounds._lambert import phi_inverse
+    from certify.bounds.closed_form._lambert import phi_inverse
 
     for e in entries():
         w = phi_inverse(e["N"] - 1)

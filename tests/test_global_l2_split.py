@@ -16,10 +16,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from certify.bounds._global_l2 import SPLIT_MIN_DISTANCE, domain, split_bounds
-from certify.bounds._global_l2_domain import cluster_partitions
-from certify.bounds._global_l2_enclosure import Parametrisation
-from certify.bounds._global_l2_split import block_bounds, split_bound
+from certify.bounds.global_l2._search import SPLIT_MIN_DISTANCE, domain, split_bounds
+from certify.bounds.global_l2._domain import cluster_partitions
+from certify.bounds.global_l2._enclosure import Parametrisation
+from certify.bounds.global_l2._split import block_bounds, split_bound
 from certify.jacobian import l2_core_jacobian
 
 TABLE = Path(__file__).resolve().parents[1] / "certify" / "data" / "universal_constants.json"

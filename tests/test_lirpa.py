@@ -27,7 +27,7 @@ from certify.attention import (
     save_layer,
 )
 from certify.bounds import factorised_bound
-from certify.bounds._local import local_bound
+from certify.bounds.local._search import local_bound
 from certify.jacobian import autodiff_jacobian, flatten_jacobian, jacobian, jacobian_norm
 from certify.lirpa import _compat
 

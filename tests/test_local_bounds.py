@@ -1,4 +1,4 @@
-"""Local certified bounds (certify/bounds/_local*.py): enclosures of J over boxes, structured bounds, branch and bound.
+"""Local certified bounds (certify/bounds/local/): enclosures of J over boxes, structured bounds, branch and bound.
 
 Every certified number is checked against ||J(X)|| at inputs in its domain: random points, box corners, the
 adversarial witness. A deliberately narrowed enclosure must be caught.
@@ -18,10 +18,10 @@ from problems import layers, random_weights
 from certify._domain import Ball, EpsBall, Global
 from certify._errors import CertifyError
 from certify.bounds import castin_bound, paper_bound
-from certify.bounds._local import local_bound
-from certify.bounds._local_domain import initial_box, shrink, split
-from certify.bounds._local_enclosure import jacobian_enclosure, mean_value_enclosure, numpy_weights
-from certify.bounds._local_structured import dp_structured_bound, l2_structured_bound, structured_constants
+from certify.bounds.local._search import local_bound
+from certify.bounds.local._domain import initial_box, shrink, split
+from certify.bounds.local._enclosure import jacobian_enclosure, mean_value_enclosure, numpy_weights
+from certify.bounds.local._structured import dp_structured_bound, l2_structured_bound, structured_constants
 from certify.interval import Interval
 from certify.jacobian import jacobian, jacobian_norm
 
@@ -216,7 +216,7 @@ def test_tighter_than_the_published_bounds(seed):
 
 
 def test_interrupt_keeps_a_valid_bound(monkeypatch):
-    import certify.bounds._local as local
+    import certify.bounds.local._search as local
 
     calls = {"n": 0}
     real_split = local.split
@@ -254,7 +254,7 @@ def test_bad_input_is_rejected():
 @settings(max_examples=20)
 @given(layer=layers(max_N=3, max_d=2, max_H=1), seed=st.integers(0, 10_000), width=st.sampled_from([1e-3, 0.05, 0.3]))
 def test_vertex_bound_holds_on_the_box(layer, seed, width):
-    from certify.bounds._local_vertex import vertex_bounds
+    from certify.bounds.local._vertex import vertex_bounds
 
     weights, N = layer
     if N * weights.D > 8:
@@ -276,7 +276,7 @@ def test_vertex_bound_holds_on_the_box(layer, seed, width):
 def test_memory_estimates_cover_the_measured_peaks(kind, N, D, H):
     import tracemalloc
 
-    from certify.bounds._local import enclosure_bytes, structured_bytes
+    from certify.bounds.local._search import enclosure_bytes, structured_bytes
 
     weights = random_weights(kind, H, D // H, seed=1)
     nw = numpy_weights(weights)
@@ -321,7 +321,7 @@ def test_structured_bound_without_scores_holds_on_the_box(kind):
 
 @pytest.mark.parametrize("limit,entrywise,scores", [(1, False, False), ("scores-only", False, True)])
 def test_above_the_memory_limit_the_matrix_free_path_still_bounds(monkeypatch, limit, entrywise, scores):
-    import certify.bounds._local as local
+    import certify.bounds.local._search as local
 
     weights, N, radius = random_weights("dp", 2, 2, seed=4, bias=True), 4, 1.5
     D = weights.D
@@ -345,7 +345,7 @@ def test_above_the_memory_limit_the_matrix_free_path_still_bounds(monkeypatch, l
 
 
 def test_interrupted_before_the_first_box_certifies_nothing_finite(monkeypatch):
-    import certify.bounds._local as local
+    import certify.bounds.local._search as local
 
     def interrupt(*args, **kwargs):
         raise KeyboardInterrupt
@@ -356,7 +356,7 @@ def test_interrupted_before_the_first_box_certifies_nothing_finite(monkeypatch):
 
 
 def test_gram_norms_bound_the_exact_norms_and_the_large_constants_are_sound(monkeypatch):
-    import certify.bounds._local_structured as structured
+    import certify.bounds.local._structured as structured
 
     rng = np.random.default_rng(0)
     for shape in [(7, 3), (3, 7), (6, 6), (40, 2)]:

@@ -1,4 +1,4 @@
-"""The Taylor form of J about a centre (certify/bounds/_local_taylor.py, proofs/taylor_remainder.py).
+"""The Taylor form of J about a centre (certify/bounds/local/_taylor.py, proofs/taylor_remainder.py).
 
 Every certified number is checked against ||J(X)|| attained in its domain (the centre, random points, box corners,
 a projected ascent inside the ball); the bound must tend to ||J(X0)|| as eps -> 0; a remainder shrunk by 10% must be
@@ -17,8 +17,8 @@ from problems import random_weights
 from certify._domain import Ball, EpsBall
 from certify._errors import CertifyError
 from certify.bounds import METHODS
-from certify.bounds._local_enclosure import numpy_weights
-from certify.bounds._local_taylor import check_memory, taylor_bound, taylor_enclosure
+from certify.bounds.local._enclosure import numpy_weights
+from certify.bounds.local._taylor import check_memory, taylor_bound, taylor_enclosure
 from certify.interval import Interval
 from certify.jacobian import jacobian, jacobian_norm
 
@@ -160,7 +160,7 @@ def test_registered_and_used_by_the_branch_and_bound():
     method = METHODS["taylor"]
     assert method.applies(weights, domain, N, "2") and not method.applies(weights, Ball(1.0), N, "inf")
     cert = method.compute(weights, N, "2", domain)
-    from certify.bounds._local import local_bound
+    from certify.bounds.local._search import local_bound
 
     without = local_bound(weights, N, "2", domain, time_budget=2.0, max_boxes=1, taylor=False)
     with_taylor = local_bound(weights, N, "2", domain, time_budget=2.0, max_boxes=1)

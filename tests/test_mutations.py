@@ -11,7 +11,7 @@ Known blind spots (slips the proofs do not catch), with the reason:
 - `round_up` replaced by the identity (`BLIND_SPOTS`, run below and asserted uncaught): the proofs compare with
   relative tolerances >= 1e-12 and their sampled inequalities are far from tight, so the directed rounding of
   certified values (a 1e-9 relative margin) is invisible to them; tests/test_bounds.py checks rounding.
-- Castin et al.'s local bound (certify/bounds/_castin.py): no proof in proofs/ derives it.
+- Castin et al.'s local bound (certify/bounds/closed_form/_castin.py): no proof in proofs/ derives it.
 - A W_0(N/e) slip in `certify.symbolic.phi_inverse_expr` (the symbolic re-implementation): the proofs no longer
   use it for the shipped bound, only for deliberately wrong bounds; tests/test_symbolic.py compares it with
   certify.bounds.
@@ -145,37 +145,37 @@ class Mutation:
 
 MUTATIONS = [
     # shipped code: certify.bounds
-    Mutation("phi_inverse: W_0(N/e) for W_0((N-1)/e)", "certify.bounds._lambert", "phi_inverse",
+    Mutation("phi_inverse: W_0(N/e) for W_0((N-1)/e)", "certify.bounds.closed_form._lambert", "phi_inverse",
              "mpmath.mpf(n) / mpmath.e", "(mpmath.mpf(n) + 1) / mpmath.e", _phi_inverse),
-    Mutation("paper_constant: phi_inverse(N) for phi_inverse(N - 1)", "certify.bounds._paper", "paper_constant",
+    Mutation("paper_constant: phi_inverse(N) for phi_inverse(N - 1)", "certify.bounds.closed_form._paper", "paper_constant",
              "phi_inverse(N - 1)", "phi_inverse(N)", _assembly("paper", "inf")),
-    Mutation("paper_constant inf: 3W + 1/sqrt(d)", "certify.bounds._paper", "paper_constant",
+    Mutation("paper_constant inf: 3W + 1/sqrt(d)", "certify.bounds.closed_form._paper", "paper_constant",
              "4 * w + 1 / math.sqrt(d) if", "3 * w + 1 / math.sqrt(d) if", _assembly("paper", "inf")),
-    Mutation("paper_constant inf: (4W + 1)/sqrt(d)", "certify.bounds._paper", "paper_constant",
+    Mutation("paper_constant inf: (4W + 1)/sqrt(d)", "certify.bounds.closed_form._paper", "paper_constant",
              "4 * w + 1 / math.sqrt(d) if", "(4 * w + 1) / math.sqrt(d) if", _assembly("paper", "inf")),
-    Mutation("paper_constant 2: sqrt(N) dropped", "certify.bounds._paper", "paper_constant",
+    Mutation("paper_constant 2: sqrt(N) dropped", "certify.bounds.closed_form._paper", "paper_constant",
              "math.sqrt(N) / math.sqrt(d) * (4 * w + 1)", "1 / math.sqrt(d) * (4 * w + 1)", _assembly("paper", "2")),
-    Mutation("paper_constant 2: sqrt(N d) for sqrt(N)/sqrt(d)", "certify.bounds._paper", "paper_constant",
+    Mutation("paper_constant 2: sqrt(N d) for sqrt(N)/sqrt(d)", "certify.bounds.closed_form._paper", "paper_constant",
              "math.sqrt(N) / math.sqrt(d) * (4 * w + 1)", "math.sqrt(N * d) * (4 * w + 1)", _assembly("paper", "2")),
-    Mutation("paper_weight_factor 2: ||W^Q||^2 for ^4", "certify.bounds._paper", "paper_weight_factor",
+    Mutation("paper_weight_factor 2: ||W^Q||^2 for ^4", "certify.bounds.closed_form._paper", "paper_weight_factor",
              '_matrix_norm(W_Q, "2") ** 4', '_matrix_norm(W_Q, "2") ** 2', _weight_factor("2")),
-    Mutation("paper_weight_factor inf: ||W^O|| for ||W^O^T||", "certify.bounds._paper", "paper_weight_factor",
+    Mutation("paper_weight_factor inf: ||W^O|| for ||W^O^T||", "certify.bounds.closed_form._paper", "paper_weight_factor",
              '_matrix_norm(weights.W_O.T, "inf")', '_matrix_norm(weights.W_O, "inf")', _weight_factor("inf")),
-    Mutation("paper_weight_factor inf: ||W^Q^T|| dropped", "certify.bounds._paper", "paper_weight_factor",
+    Mutation("paper_weight_factor inf: ||W^Q^T|| dropped", "certify.bounds.closed_form._paper", "paper_weight_factor",
              ' * _matrix_norm(W_Q.transpose(1, 2), "inf")).max()', ").max()", _weight_factor("inf")),
-    Mutation("default_constant 2: sqrt(N) dropped", "certify.bounds._universal", "default_constant",
+    Mutation("default_constant 2: sqrt(N) dropped", "certify.bounds.closed_form._universal", "default_constant",
              "math.sqrt(N) * (1 + 4 * w)", "(1 + 4 * w)", _assembly("core", "2")),
-    Mutation("default_constant inf: sqrt(d) dropped", "certify.bounds._universal", "default_constant",
+    Mutation("default_constant inf: sqrt(d) dropped", "certify.bounds.closed_form._universal", "default_constant",
              "1 + 4 * math.sqrt(d) * w", "1 + 4 * w", _assembly("core", "inf")),
-    Mutation("tail_constant: e^{-r} for e^{-r^2}", "certify.bounds._global_l2_tail", "tail_constant",
+    Mutation("tail_constant: e^{-r} for e^{-r^2}", "certify.bounds.global_l2._tail", "tail_constant",
              "mpmath.exp(-r_**2)", "mpmath.exp(-r_)", _tail_formula),
-    Mutation("tail_constant: 6W for 12W in K", "certify.bounds._global_l2_tail", "tail_constant",
+    Mutation("tail_constant: 6W for 12W in K", "certify.bounds.global_l2._tail", "tail_constant",
              "K = 3 + 12 * W", "K = 3 + 6 * W", _tail_formula),
-    Mutation("tail_bound: eps_2 = sqrt(N) eps_inf for sqrt(N d)", "certify.bounds._global_l2_tail", "tail_bound",
+    Mutation("tail_bound: eps_2 = sqrt(N) eps_inf for sqrt(N d)", "certify.bounds.global_l2._tail", "tail_bound",
              "mpmath.sqrt(N * d) * eps_inf", "mpmath.sqrt(N) * eps_inf", _tail_formula),
-    Mutation("tail_bound: eps_inf without sqrt(d)", "certify.bounds._global_l2_tail", "tail_bound",
+    Mutation("tail_bound: eps_inf without sqrt(d)", "certify.bounds.global_l2._tail", "tail_bound",
              "eps_inf = mpmath.sqrt(d) * tail_constant(r, N)", "eps_inf = tail_constant(r, N)", _tail_formula),
-    Mutation("core_jacobian_float: covariance factor 1 for 2", "certify.bounds._global_l2_enclosure",
+    Mutation("core_jacobian_float: covariance factor 1 for 2", "certify.bounds.global_l2._enclosure",
              "core_jacobian_float", "M[:, idx, idx] += 2.0 * cov", "M[:, idx, idx] += cov", _shipped_core),
     # shipped code: certify.jacobian
     Mutation("l2_factors: V = W^Q / sqrt(d) for / d^{1/4}", "certify.jacobian._l2", "l2_factors",

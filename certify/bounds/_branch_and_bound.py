@@ -18,14 +18,12 @@ from .._domain import Domain, Global
 from .._errors import InvalidInputError
 from .._result import Certificate
 from ..attention import AttentionWeights
-from ._factorised import factorised_weight_factors
-from ._global_l2 import global_l2_constant
-from ._local import local_bound
-from ._paper import require_global_lipschitz
-from ._universal import certified_table, universal_constant
+from .closed_form import certified_table, factorised_weight_factors, require_global_lipschitz, universal_constant
+from .global_l2 import global_l2_constant
+from .local import local_bound
 
 GLOBAL_MAX_TOKENS = {1: 6, 2: 4}
-"""Head width d -> the largest N the global search domains cover (`_global_l2_domain`)."""
+"""Head width d -> the largest N the global search domains cover (`global_l2._domain`)."""
 
 
 def global_bnb_applies(weights: AttentionWeights, N: int) -> bool:

@@ -20,10 +20,8 @@ from .._domain import Ball, Domain, EpsBall, Global
 from .._result import Certificate
 from ..attention import AttentionWeights
 from ._branch_and_bound import branch_and_bound, global_bnb_applies
-from ._castin import castin_bound
-from ._factorised import factorised_bound
-from ._local_taylor import MEMORY_LIMIT, memory_estimate, taylor_bound
-from ._paper import paper_bound
+from .closed_form import castin_bound, factorised_bound, paper_bound
+from .local import MEMORY_LIMIT, memory_estimate, taylor_bound
 
 
 @dataclasses.dataclass(frozen=True)

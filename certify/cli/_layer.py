@@ -8,7 +8,7 @@ from .._certify import certify_layer
 from ..attention import load_layer
 from .._errors import InvalidInputError, NotLipschitzError
 from ..bounds import METHODS
-from ..bounds._paper import THEOREM_3_1
+from ..bounds.closed_form import THEOREM_3_1
 from ._common import (add_multihead_flags, add_output_flags, load_center, positive_float, positive_int,
                       print_report, witness_sentence, write_output, zero_attn)
 

@@ -21,7 +21,7 @@ Floating-point margin (stated and tested in ``tests/test_interval.py``):
 - NaN produced by ``0 * inf`` or ``inf - inf`` turns into the whole line (-inf, inf), so overflow never yields a
   silently wrong finite bound.
 
-This is the small arithmetic used by the global L2 branch and bound (``certify/bounds/_global_l2*.py``, MATH.md
+This is the small arithmetic used by the global L2 branch and bound (``certify/bounds/global_l2/_search*.py``, MATH.md
 section 7) and by the local Jacobian enclosures.
 """
 

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from ..attention import AttentionWeights
-from ..bounds._local_enclosure import const, l2_scores, numpy_weights, point_einsum, token_differences
+from ..bounds.local import const, l2_scores, numpy_weights, point_einsum, token_differences
 from ..interval import Interval, isum, round_up
 from ..sdp._floating import sum_up, up
 

@@ -108,7 +108,7 @@ def compare_layer(layer: nn.Module | AttentionWeights, X0: torch.Tensor, eps: fl
     ``time_budget``: seconds for our branch and bound (and the SDP time limit); ``norm2``: the `certify.sdp`
     method for 2-norms of the auto_LiRPA enclosure; ``jacobian_method``: "CROWN" or "IBP" for that enclosure.
     """
-    from ..bounds._local import local_bound
+    from ..bounds import local_bound
 
     X0 = check_ball(X0, eps, p)
     weights = as_weights(layer).to(torch.float64)

@@ -136,7 +136,7 @@ def _attention_bound(model: nn.Module, bound: str, q: str, X: torch.Tensor, r: f
         move = norm_2(W_e) * r * (1.0 if p == "2" else math.sqrt(D_in))
         R = round_up(float(Y0.norm(dim=1).max()) + round_up(move))
         return castin_bound(weights, N, R, q).value
-    from ..bounds._local import local_bound
+    from ..bounds import local_bound
 
     if q == p:
         eps = (norm_2(W_e) if q == "2" else norm_inf(W_e)) * r

@@ -3,7 +3,7 @@ enumeration"), for boxes X in R^{N x D} with n = N D <= VERTEX_MAX_COORDINATES.
 
 For X in the box with centre c and radius h, and t = X - c (|t_m| <= h_m), entrywise
 J(X) = J(c) + sum_m t_m int_0^1 dJ/dX_m(c + tau t) dtau, and the integral lies in the interval tangent T_m(box) of
-a forward-mode evaluation over the box (`_local_dual.Dual`). With float centre values Jc ~ J(c), Tc_m ~ dJ/dX_m(c)
+a forward-mode evaluation over the box (`_dual.Dual`). With float centre values Jc ~ J(c), Tc_m ~ dJ/dX_m(c)
 (from a forward-mode evaluation at the point c, whose radii are added to E):
 
     J(X) = A(t) + E_X,   A(t) = Jc + sum_m t_m Tc_m,
@@ -26,10 +26,10 @@ import itertools
 
 import numpy as np
 
-from ..interval import Interval
-from ..sdp._floating import gamma, norm2_upper
-from ._local_dual import Dual
-from ._local_enclosure import _Weights, jacobian_enclosure
+from ...interval import Interval
+from ...sdp._floating import gamma, norm2_upper
+from ._dual import Dual
+from ._enclosure import _Weights, jacobian_enclosure
 
 VERTEX_MAX_COORDINATES = 10
 

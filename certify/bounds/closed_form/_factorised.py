@@ -19,12 +19,12 @@ import math
 
 import numpy as np
 
-from .._domain import Global
-from .._result import Certificate
-from ..attention import AttentionWeights, check_tokens
-from ..jacobian import check_norm
+from ..._domain import Global
+from ..._result import Certificate
+from ...attention import AttentionWeights, check_tokens
+from ...jacobian import check_norm
 from ._paper import require_global_lipschitz
-from ._rounding import Scaled, chain_product, matrix_norms, power_of_two_scaled
+from .._rounding import Scaled, chain_product, matrix_norms, power_of_two_scaled
 from ._universal import universal_constant
 
 

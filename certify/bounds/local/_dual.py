@@ -6,7 +6,7 @@ operation applies the chain rule with interval arithmetic, so both enclosures ke
 product u w is t_u w + u t_w, evaluated with the value enclosures). Tightening the value alone (clipping a
 probability to [0, 1]) keeps the tangent valid; intersecting two enclosures of one function intersects both parts.
 
-Used for the mean-value form of `_local_enclosure.py`: J(X) in J(c) + sum_m [X_m - c_m] dJ/dX_m(box).
+Used for the mean-value form of `_enclosure.py`: J(X) in J(c) + sum_m [X_m - c_m] dJ/dX_m(box).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import dataclasses
 
 import numpy as np
 
-from ..interval import Interval, as_interval, exp, intersect, isum, reciprocal, square
+from ...interval import Interval, as_interval, exp, intersect, isum, reciprocal, square
 
 
 def _axis(axis: int, ndim: int) -> int:

@@ -24,10 +24,10 @@ import json
 import math
 from typing import NamedTuple
 
-from ..attention import check_tokens
-from ..jacobian import check_norm
+from ...attention import check_tokens
+from ...jacobian import check_norm
 from ._lambert import phi_inverse
-from ._rounding import round_up
+from .._rounding import round_up
 
 
 class UniversalConstant(NamedTuple):

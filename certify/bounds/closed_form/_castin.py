@@ -18,12 +18,12 @@ import time
 
 import torch
 
-from .._domain import Ball
-from .._errors import InvalidInputError
-from .._result import Certificate
-from ..attention import AttentionWeights, check_tokens
-from ..jacobian import check_norm
-from ._rounding import Scaled, chain_product, matrix_norms, power_of_two_scaled, scaled_norm
+from ..._domain import Ball
+from ..._errors import InvalidInputError
+from ..._result import Certificate
+from ...attention import AttentionWeights, check_tokens
+from ...jacobian import check_norm
+from .._rounding import Scaled, chain_product, matrix_norms, power_of_two_scaled, scaled_norm
 
 
 def _augmented(W: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:

@@ -24,11 +24,11 @@ Q_ij = softmax over j in G (the P of Y_G), ybar^G_i = sum_{l in G} Q_il y_l, Del
 The matrix e of these block bounds gives ||E||_2 <= ||e||_2 <= min(sqrt(||e||_1 ||e||_inf), ||e||_F) and
 ||E||_inf <= sqrt(d) ||e||_inf (||B||_inf <= sqrt(d) ||B||_2 for a d x d block). Every quantity is enclosed over the
 box with the outward-rounded intervals of ``certify.interval`` (P_ij = 1 / sum_k exp(D_jk . S_ijk) as in
-``_global_l2_enclosure``, Q the same with k restricted to G, vectors y_j - ybar_i = sum_k P_ik (y_j - y_k)).
+``_enclosure``, Q the same with k restricted to G, vectors y_j - ybar_i = sum_k P_ik (y_j - y_k)).
 
 The bound holds for any partition; it is small when the groups are far apart (P_ij <= e^{-dist^2} across), so the
 branch and bound tries the partitions of each box into groups far apart in all its configurations
-(``_global_l2_domain.cluster_partitions``) and keeps the smallest bound. Unlike the
+(``_domain.cluster_partitions``) and keeps the smallest bound. Unlike the
 analytic tail bound it needs no r >= 1 and no worst case over the groups' shapes, so boxes whose groups are at
 distance 2-3 close without being refined along the groups' internal coordinates.
 """
@@ -37,10 +37,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import interval as iv
-from ..interval import Interval
-from ._global_l2_enclosure import Parametrisation, _linear, probability
-from ._global_l2_mvf import nonneg_norm_upper
+from ... import interval as iv
+from ...interval import Interval
+from ._enclosure import Parametrisation, _linear, probability
+from ._mean_value import nonneg_norm_upper
 
 
 def _norm_upper(x: Interval) -> np.ndarray:

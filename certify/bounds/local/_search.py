@@ -1,10 +1,10 @@
 """Certified local bounds on Lip(F) over a bounded domain by branch and bound over boxes of X (MATH.md section 7).
 
-Over a convex domain Omega, Lip_p(F) = sup_{X in Omega} ||J(X)||_p. Cover Omega by boxes (`_local_domain`);
-on each box B, `_local_enclosure` gives an interval matrix containing J(X) for every X in B, and its norm is
+Over a convex domain Omega, Lip_p(F) = sup_{X in Omega} ||J(X)||_p. Cover Omega by boxes (`_domain`);
+on each box B, `_enclosure` gives an interval matrix containing J(X) for every X in B, and its norm is
 bounded with proof (`certify.sdp`: the exact row sum for p = inf; min(||J_c|| + ||R||, || |J_c| + R ||) for p = 2,
-refined by the SDP relaxation for the largest boxes when N D <= `sdp_max_size`); `_local_structured` gives a
-second, norm-based bound on the same box, and optionally (`vertices=True`, N D <= 8) `_local_vertex` a third (first-order form, maximised
+refined by the SDP relaxation for the largest boxes when N D <= `sdp_max_size`); `_structured` gives a
+second, norm-based bound on the same box, and optionally (`vertices=True`, N D <= 8) `_vertex` a third (first-order form, maximised
 over the box's vertices); the smallest is kept. So
 
     Lip_p(F) on Omega <= max over the current leaves of their bound,
@@ -12,7 +12,7 @@ over the box's vertices); the smallest is kept. So
 whatever the leaves are, as long as they cover Omega: a box is only dropped when it misses Omega. Branch and bound
 always splits the leaf with the largest bound (along its widest coordinate), until upper / lower <= tolerance or
 the time budget is spent. On Ball(R) only the fundamental domain of token permutations (sorted first coordinates)
-and, without query/key biases, of X -> -X is searched (`_local_domain.shrink`). Lower bounds come from the adversarial ascent plus ||J|| at every box centre
+and, without query/key biases, of X -> -X is searched (`_domain.shrink`). Lower bounds come from the adversarial ascent plus ||J|| at every box centre
 (projected into Omega). Ctrl-C stops the search and returns the bound of the leaves so far, which is still valid.
 """
 
@@ -27,20 +27,20 @@ import warnings
 import numpy as np
 import torch
 
-from .._domain import Ball, Domain, EpsBall
-from .._errors import InvalidInputError
-from .._memory import gib, memory_limit
-from .._result import Certificate
-from ..attention import AttentionWeights, check_tokens
-from ..interval import Interval
-from ..jacobian import check_norm, jacobian, jacobian_norm
-from ..sdp import MatrixEnclosure, SDPFallbackWarning, baseline_bound, enclosure_norm, inf_norm_bound, magnitude_bound
-from ._rounding import Scaled, scaled_norm
-from ._local_domain import initial_box, shrink, split
-from ._local_enclosure import jacobian_enclosure, mean_value_enclosure, numpy_weights
-from ._local_taylor import MEMORY_LIMIT, memory_estimate, taylor_box_bounds
-from ._local_structured import dp_structured_bound, l2_structured_bound, structured_constants
-from ._local_vertex import vertex_bounds
+from ..._domain import Ball, Domain, EpsBall
+from ..._errors import InvalidInputError
+from ..._memory import gib, memory_limit
+from ..._result import Certificate
+from ...attention import AttentionWeights, check_tokens
+from ...interval import Interval
+from ...jacobian import check_norm, jacobian, jacobian_norm
+from ...sdp import MatrixEnclosure, SDPFallbackWarning, baseline_bound, enclosure_norm, inf_norm_bound, magnitude_bound
+from .._rounding import Scaled, scaled_norm
+from ._domain import initial_box, shrink, split
+from ._enclosure import jacobian_enclosure, mean_value_enclosure, numpy_weights
+from ._taylor import MEMORY_LIMIT, memory_estimate, taylor_box_bounds
+from ._structured import dp_structured_bound, l2_structured_bound, structured_constants
+from ._vertex import vertex_bounds
 
 ENCLOSURES: tuple[str, ...] = ("auto", "direct", "mean-value")
 VERTEX_COORDINATES = 8
@@ -67,7 +67,7 @@ def structured_bytes(N: int, D: int, d: int, boxes: int = 1, scores: bool = True
     if scores:
         return int(boxes * 6 * 16 * (N * N * D + N**3 * d))
     return int(boxes * 16 * 16 * (N * D + N * N))
-"""With the mean-value enclosure and N D <= this, also use the first-order vertex bound (`_local_vertex`)."""
+"""With the mean-value enclosure and N D <= this, also use the first-order vertex bound (`_vertex`)."""
 
 
 def enclosure_bound(J: Interval, norm: str, *, sdp: bool = False, time_limit: float | None = None) -> float:
@@ -95,7 +95,7 @@ def box_enclosure(boxes: Interval, weights, enclosure: str) -> Interval:
 
 def structured_box_bound(boxes: Interval, nw, constants, N: int, norm: str, radius: float | None,
                          scores: bool = True) -> np.ndarray:
-    """The norm-based bound of `_local_structured` per box (2-norm; times sqrt(N D) for the inf-norm);
+    """The norm-based bound of `_structured` per box (2-norm; times sqrt(N D) for the inf-norm);
     scores=False: without the interval softmax (O(N D + N^2) memory)."""
     if nw.kind == "dp":
         value = dp_structured_bound(boxes, nw, constants, radius, scores=scores)
@@ -190,12 +190,12 @@ def local_bound(
         sdp_max_size: use the SDP on the leading leaves (2-norm) when N D is at most this; 0 disables it.
         lower: a known lower bound (kind "lower", attained in the domain); else the adversarial ascent runs.
         max_boxes: stop after this many box evaluations (for tests).
-        vertices: also use the first-order vertex bound (`_local_vertex`) when N D <= 8 and the enclosure is
+        vertices: also use the first-order vertex bound (`_vertex`) when N D <= 8 and the enclosure is
             "mean-value" (tight on small boxes, useless on large ones; off by default as it halves throughput).
         quiet: no progress bar.
         seed: for the adversarial ascent.
         taylor: with the direct enclosure, also bound each box by the first-order Taylor form about its midpoint
-            (`_local_taylor`: asymptotically exact as boxes shrink; its value part is the direct enclosure).
+            (`_taylor`: asymptotically exact as boxes shrink; its value part is the direct enclosure).
 
     Returns:
         Certificate(kind="upper", certified=True, method="local-bnb"), details: lower, ratio, boxes, leaves,
@@ -249,7 +249,7 @@ def local_bound(
     root = initial_box(domain, N, D)  # validates the domain against (N, D) before any work
     best_lower, witness = 0.0, None
     if lower is None:
-        from ..adversarial import lower_bound
+        from ...adversarial import lower_bound
 
         try:
             share = max(0.2 * time_budget - (time.perf_counter() - start), 0.05 * time_budget)
@@ -269,7 +269,7 @@ def local_bound(
             top = int(values.argmax())
             value = float(values[top])
         else:  # matrix-free and time-limited, one point (a Rayleigh value or a row subset: still attained)
-            from ..adversarial import attained_norm
+            from ...adversarial import attained_norm
 
             top = 0
             value = attained_norm(torch.from_numpy(Xp[0]), w64, norm, iterations=3,

@@ -6,7 +6,7 @@ Let B be a box of inputs X (N x D), X0 a point of B and Delta = X - X0. For X in
     J(X) = J(X0) + int_0^1 dJ(X0 + t Delta)[Delta] dt,
 
 where dJ(xi)[Delta] = sum_m Delta_m dJ/dX_m(xi) is the directional derivative. One forward pass of interval
-forward-mode differentiation (`_local_dual.Dual`) whose tangent has a *single* trailing axis, seeded with the box
+forward-mode differentiation (`_dual.Dual`) whose tangent has a *single* trailing axis, seeded with the box
 B as value and the interval direction B - X0 as tangent, returns T with dJ(xi)[Delta] in T for every xi in B and
 every Delta in B - X0 (inclusion property: the exact chain rule, applied to members of the operands, stays inside
 the interval operations). The integrand lies in the box T for every t, hence so does its integral, and
@@ -36,17 +36,17 @@ import time
 import numpy as np
 import torch
 
-from .._domain import Ball, Domain, EpsBall
-from .._errors import InvalidInputError
-from .._result import Certificate
-from ..attention import AttentionWeights, check_tokens
-from ..interval import Interval, intersect, isum, round_down, round_up
-from ..jacobian import check_norm, jacobian, jacobian_norm
-from ..sdp import MatrixEnclosure, baseline_bound, inf_norm_bound
-from ..sdp._floating import ETA, U, norm2_upper, up
-from ._local_domain import initial_box
-from ._local_dual import Dual
-from ._local_enclosure import _Weights, jacobian_enclosure, numpy_weights
+from ..._domain import Ball, Domain, EpsBall
+from ..._errors import InvalidInputError
+from ..._result import Certificate
+from ...attention import AttentionWeights, check_tokens
+from ...interval import Interval, intersect, isum, round_down, round_up
+from ...jacobian import check_norm, jacobian, jacobian_norm
+from ...sdp import MatrixEnclosure, baseline_bound, inf_norm_bound
+from ...sdp._floating import ETA, U, norm2_upper, up
+from ._domain import initial_box
+from ._dual import Dual
+from ._enclosure import _Weights, jacobian_enclosure, numpy_weights
 
 BYTES_PER_ENTRY = 400
 """Peak bytes per entry of J (N^2 D^2 entries per box) of one Taylor evaluation, rounded up from tracemalloc
@@ -299,7 +299,7 @@ def dp_layered_enclosure(box: Interval, centre: np.ndarray, w: _Weights, chunk: 
     quantity's directional derivative over the box, without dependency between its terms); the (N, D, N, D) terms
     are then assembled with these one-axis interval tangents, as in the directional form. Work (N D) N^2 D d H
     for the small part, about one directional pass for the rest."""
-    from ._local_enclosure import _eye_mask, _where_zero, const, dp_scores, point_einsum_any, token_differences
+    from ._enclosure import _eye_mask, _where_zero, const, dp_scores, point_einsum_any, token_differences
 
     N, D = box.shape
     n = N * D
@@ -341,6 +341,6 @@ def dp_layered_enclosure(box: Interval, centre: np.ndarray, w: _Weights, chunk: 
 
 
 def _isum_dual(x: Dual, axis: int) -> Dual:
-    from ._local_dual import d_isum
+    from ._dual import d_isum
 
     return d_isum(x, axis)

@@ -6,7 +6,7 @@ permutations, translations, and for d = 1 also reflection (for d = 2 the inf-nor
 for the inf-norm in d = 2 no rotation is quotiented out; see ``domain``).
 
 A configuration is *r-connected* when the graph with edges ||y_i - y_j|| < r is connected. Every configuration
-that is not r-connected is covered by the tail bound (``_global_l2_tail``); a domain needs to cover only the
+that is not r-connected is covered by the tail bound (``_tail``); a domain needs to cover only the
 r-connected ones, up to symmetry.
 
 - d = 1 (``gap_domain``): sort the points, y_1 = 0, gaps g_k = y_{k+1} - y_k in [0, r] (all gaps < r iff
@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import interval as iv
-from ..interval import Interval
-from ._global_l2_enclosure import Parametrisation, gap_parametrisation
+from ... import interval as iv
+from ...interval import Interval
+from ._enclosure import Parametrisation, gap_parametrisation
 
 
 @dataclass(frozen=True)

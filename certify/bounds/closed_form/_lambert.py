@@ -12,7 +12,7 @@ import math
 import mpmath
 import torch
 
-from .._errors import InvalidInputError
+from ..._errors import InvalidInputError
 
 
 def phi(x: float) -> float:

@@ -5,7 +5,7 @@ MATH.md sections 2 and 7. For N points y_k in R^d, with P_ij = softmax_j(-||y_i 
     M_ij = P_ij I_d + 2 delta_ij Cov_i + 2 P_ij (y_j - ybar_i)(y_i - y_j)^T.
 
 Configurations are parametrised linearly, y_k = sum_l A[k, :, l] theta_l (gap coordinates for d = 1, anchored
-coordinates for d = 2; see ``_global_l2_domain``). Everything is evaluated in the forms MATH.md section 7
+coordinates for d = 2; see ``_domain``). Everything is evaluated in the forms MATH.md section 7
 recommends against interval dependency:
 
 - differences D_jk = y_j - y_k and sums S_ijk = y_j + y_k - 2 y_i as linear forms of theta (exact for gaps);
@@ -16,7 +16,7 @@ recommends against interval dependency:
 - Cov_i = 1/2 sum_{k,l} P_ik P_il D_kl D_kl^T.
 
 Forward-mode differentiation in interval arithmetic (:class:`Dual`) gives an enclosure of dM/dtheta_l over the
-whole box, which the mean-value form in ``_global_l2_mvf`` uses. All arithmetic is outward rounded
+whole box, which the mean-value form in ``_mean_value`` uses. All arithmetic is outward rounded
 (``certify.interval``).
 """
 
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import interval as iv
-from ..interval import Interval
+from ... import interval as iv
+from ...interval import Interval
 
 
 @dataclass(frozen=True)

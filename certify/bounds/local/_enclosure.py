@@ -24,10 +24,10 @@ import math
 
 import numpy as np
 
-from ..attention import AttentionWeights
-from ..interval import Interval, clip_nonnegative, exp, intersect, isum, reciprocal, round_down, round_up, square
-from ..sdp._floating import ETA, gamma
-from ._local_dual import Dual, d_exp, d_intersect, d_isum, d_reciprocal, d_square, d_where_zero
+from ...attention import AttentionWeights
+from ...interval import Interval, clip_nonnegative, exp, intersect, isum, reciprocal, round_down, round_up, square
+from ...sdp._floating import ETA, gamma
+from ._dual import Dual, d_exp, d_intersect, d_isum, d_reciprocal, d_square, d_where_zero
 
 
 def const(x: float) -> Interval:
@@ -284,7 +284,7 @@ def mean_value_enclosure(X: Interval, w: _Weights) -> Interval:
 
     For X in the box with centre c and radius h: J(X) = J(c) + sum_m (X_m - c_m) dJ/dX_m(xi) for some xi in the box
     (mean-value theorem, entrywise), so J(X) is in J([c, c]) + sum_m [-h_m, h_m] T_m, with T_m the interval tangent
-    of the forward-mode evaluation over the box (`_local_dual.Dual`). J([c, c]) is itself an interval evaluation at
+    of the forward-mode evaluation over the box (`_dual.Dual`). J([c, c]) is itself an interval evaluation at
     the point c. The direct evaluation over the box is the value part of the same forward pass.
     """
     dual = jacobian_enclosure(Dual.seed(X), w)

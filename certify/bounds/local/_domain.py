@@ -15,9 +15,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .._domain import Ball, Domain, EpsBall, Global
-from .._errors import InvalidInputError
-from ..interval import Interval, round_down, round_up
+from ..._domain import Ball, Domain, EpsBall, Global
+from ..._errors import InvalidInputError
+from ...interval import Interval, round_down, round_up
 
 _REL = 1e-12
 

@@ -1,7 +1,7 @@
 """Structured (norm-based) bounds on max ||J(X)||_2 over a box of X, tighter than Castin et al. on the same ball.
 
 Instead of bounding J entrywise, bound the norms of its three parts with the box's softmax enclosure P in
-[P_lo, P_hi] (`_local_enclosure.dp_scores` / `l2_scores`). Notation: c = max_l sum_i P_hi[i, l] >= the largest
+[P_lo, P_hi] (`_enclosure.dp_scores` / `l2_scores`). Notation: c = max_l sum_i P_hi[i, l] >= the largest
 column sum of P; since rows of P sum to 1, ||P||_2 <= sqrt(||P||_1 ||P||_inf) <= sqrt(c), and ||P||_2 <= ||P_hi||_2
 (P >= 0 entrywise). Proofs are in each function's docstring; all are Cauchy-Schwarz.
 
@@ -24,7 +24,7 @@ V >= max_i sum_l P_il ||x_l - xbar_i||^2 (>= ||Cov_i||_2):
   centre of xbar_i's enclosure, and keeping the Cauchy-Schwarz step per i gives
   ||T|| <= ||W_V W^O_h|| (max_l sum_i P_hi[i, l] ||w_i||^2 V_i)^{1/2}; the smaller of the two forms is used.
 
-**Tied L2 head** with y = W_Q^T x, s = 1/sqrt(d) (`_local_enclosure.l2_jacobian_enclosure`):
+**Tied L2 head** with y = W_Q^T x, s = 1/sqrt(d) (`_enclosure.l2_jacobian_enclosure`):
 J^h = s (P (x) G W_Q^T) + 2 s^2 (I (x) G) [blockdiag(Cov_i) + T] (I (x) W_Q^T), G = W^O_h^T W_V^T W_Q,
 T_il = P_il (y_l - ybar_i)(y_i - y_l)^T. With Var_i = sum_l P_il ||y_l - ybar_i||^2 <= sum_l P_il ||y_l - y_i||^2
 and col_l = sum_i P_il ||y_i - y_l||^2: ||T z||^2 <= sum_i Var_i sum_l P_il ||y_i - y_l||^2 ||z_l||^2
@@ -43,11 +43,11 @@ import math
 
 import numpy as np
 
-from ..interval import Interval, isum
-from ..sdp._floating import ETA, gamma, lambda_min_lower, norm2_upper, sum_up, up
-from ._lambert import phi_inverse
-from ._local_enclosure import _Weights, dp_scores, l2_scores, point_einsum_any, token_differences
-from ._rounding import Scaled, power_of_two_scaled, round_up
+from ...interval import Interval, isum
+from ...sdp._floating import ETA, gamma, lambda_min_lower, norm2_upper, sum_up, up
+from ..closed_form import phi_inverse
+from ._enclosure import _Weights, dp_scores, l2_scores, point_einsum_any, token_differences
+from .._rounding import Scaled, power_of_two_scaled, round_up
 
 
 def product_norm_upper(*matrices: np.ndarray) -> float:

@@ -23,7 +23,7 @@ import math
 import mpmath
 import numpy as np
 
-from ._lambert import phi_inverse
+from ..closed_form import phi_inverse
 
 
 def _round_up(x: mpmath.mpf) -> float:

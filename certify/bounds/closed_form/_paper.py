@@ -15,13 +15,13 @@ import time
 
 import torch
 
-from .._domain import Global
-from .._errors import NotLipschitzError
-from .._result import Certificate
-from ..attention import AttentionWeights, check_tokens
-from ..jacobian import check_norm
+from ..._domain import Global
+from ..._errors import NotLipschitzError
+from ..._result import Certificate
+from ...attention import AttentionWeights, check_tokens
+from ...jacobian import check_norm
 from ._lambert import phi_inverse
-from ._rounding import Scaled, matrix_norms, power_of_two_scaled
+from .._rounding import Scaled, matrix_norms, power_of_two_scaled
 
 THEOREM_3_1 = (
     "dot-product attention is not Lipschitz on R^(N x D) (Theorem 3.1, MATH.md section 3): its Jacobian grows "

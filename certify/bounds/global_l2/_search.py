@@ -3,16 +3,16 @@
 M(Y) is the L2 core Jacobian (MATH.md section 2); c_p(N, d) bounds every tied L2 head of width d through the
 factorisation Lip_p(F) <= ||[G_1 ... G_H]|| c_p(N, d) ||[V_1 ... V_H]|| (``factorised_bound``).
 
-Theorem used (proof: ``proofs/tail_bound.py``; ``_global_l2_tail``): for r >= 1,
+Theorem used (proof: ``proofs/tail_bound.py``; ``_tail``): for r >= 1,
 
     c_p(N, d) <= max( sup_{Y r-connected} ||M(Y)||_p ,  max_{1 <= s < N} c_p(s, d) + eps_p(r, N, d) ).
 
 The first term is bounded by branch and bound over a domain of r-connected configurations modulo symmetry
-(``_global_l2_domain``). Each box first gets the split bound of ``_global_l2_split`` (proof:
+(``_domain``). Each box first gets the split bound of ``_split`` (proof:
 ``proofs/split_bound.py``) for every partition of its tokens into groups at least SPLIT_MIN_DISTANCE apart in all its
 configurations (``cluster_partitions``): max_g c_p(|G_g|) + a box enclosure of the remainder, cheap and independent
 of the groups' internal widths; and the tail bound max_s c_p(s) + eps_p(r_box) when r_box >= 1. Boxes those do not
-close get the mean-value / vertex bound and, on small boxes, the second-order Taylor bound of ``_global_l2_mvf``
+close get the mean-value / vertex bound and, on small boxes, the second-order Taylor bound of ``_mean_value``
 (outward rounded). Boxes with r_box >= r are covered by the second term. r is the smallest radius on a grid whose
 tail term stays below the closing threshold (``choose_r``): the smaller r, the smaller the domain. A box whose
 bound is at most (1 + tol) times the best lower bound is closed, the others are bisected along the coordinate that
@@ -33,20 +33,20 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import interval as iv
-from .._memory import retain_freed_memory
-from ._global_l2_domain import Domain, cluster_partitions, gap_domain, octant_plane_domain, plane_domain
-from ._global_l2_enclosure import Parametrisation
-from ._global_l2_lower import core_norm, polish, search_lower
-from ._global_l2_mvf import box_bounds
-from ._global_l2_split import split_bound
-from ._global_l2_tail import tail_bound, tail_bound_lookup, tail_bound_table
+from ... import interval as iv
+from ..._memory import retain_freed_memory
+from ._domain import Domain, cluster_partitions, gap_domain, octant_plane_domain, plane_domain
+from ._enclosure import Parametrisation
+from ._lower import core_norm, polish, search_lower
+from ._mean_value import box_bounds
+from ._split import split_bound
+from ._tail import tail_bound, tail_bound_lookup, tail_bound_table
 
 DEFAULT_R = 3.5
 R_GRID = tuple(1.5 + 0.25 * k for k in range(9))  # 1.5, 1.75, ..., 3.5
 """Cluster radii tried by ``choose_r``."""
 SPLIT_MIN_DISTANCE = 1.5
-"""Partitions whose groups are at least this far apart get the split bound (``_global_l2_split``). Measured at
+"""Partitions whose groups are at least this far apart get the split bound (``_split``). Measured at
 N = 6: partitions at distance 1-1.5 closed at most 0.2% more random boxes than the farther ones alone, and cost 30%
 of the split bounds' time."""
 
@@ -76,7 +76,7 @@ class GlobalL2Result:
 
 
 def domain(N: int, d: int, norm: str, r: float) -> Domain:
-    """The search domain for (N, d, norm); see ``_global_l2_domain``."""
+    """The search domain for (N, d, norm); see ``_domain``."""
     if d == 1:
         return gap_domain(N, r)
     if d == 2 and norm == "2":
@@ -98,7 +98,7 @@ def choose_r(N: int, d: int, norm: str, best_smaller: float, lower: float, tol: 
 
 def split_bounds(lo: np.ndarray, hi: np.ndarray, par: Parametrisation, norm: str, distances: np.ndarray,
                  labels: np.ndarray, smaller: dict[int, float]) -> np.ndarray:
-    """The smallest split bound (``_global_l2_split``) over the partitions of ``cluster_partitions`` whose groups are
+    """The smallest split bound (``_split``) over the partitions of ``cluster_partitions`` whose groups are
     at least SPLIT_MIN_DISTANCE apart (inf where none is)."""
     best = np.full(lo.shape[0], np.inf)
     for k in range(distances.shape[1]):

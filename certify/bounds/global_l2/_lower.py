@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import minimize
 
-from ._global_l2_enclosure import core_jacobian_float
+from ._enclosure import core_jacobian_float
 
 
 def core_norm(Y: np.ndarray, norm: str) -> float:

@@ -4,7 +4,7 @@ For a box theta in [c - h, c + h] (B boxes, L parameters), the mean-value theore
 
     M(theta) in M(c) + sum_l t_l [dM/dtheta_l](box),        |t_l| <= h_l,
 
-with [dM/dtheta_l](box) the interval enclosure of ``_global_l2_enclosure``. Write [M(c)] = Mmid +- Rm and
+with [dM/dtheta_l](box) the interval enclosure of ``_enclosure``. Write [M(c)] = Mmid +- Rm and
 [dM/dtheta_l](box) = Jmid_l +- Jrad_l (midpoint and radius). Then, entrywise,
 
     M(theta) = Mmid + sum_l t_l Jmid_l + Err,   |Err| <= Ebound := Rm + sum_l h_l Jrad_l + (float margin).
@@ -35,9 +35,9 @@ import itertools
 
 import numpy as np
 
-from .. import interval as iv
-from ..interval import Interval
-from ._global_l2_enclosure import Dual, Parametrisation, enclose_core_jacobian
+from ... import interval as iv
+from ...interval import Interval
+from ._enclosure import Dual, Parametrisation, enclose_core_jacobian
 
 SVD_REL_MARGIN = 1e-10
 U = 2.0**-53

@@ -14,8 +14,8 @@ import dataclasses
 
 import torch
 
-from ..attention import AttentionWeights, check_tokens
-from ..jacobian import check_norm, jacobian, jacobian_norm
+from ...attention import AttentionWeights, check_tokens
+from ...jacobian import check_norm, jacobian, jacobian_norm
 
 
 @dataclasses.dataclass(frozen=True)
