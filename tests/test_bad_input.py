@@ -12,7 +12,8 @@ from certify import (CertifyError, ContractiveL2MultiheadAttention, DotProductMu
                      certify_layer, save_layer)
 from certify._domain import Ball, Global
 from certify._errors import CheckpointError, InvalidInputError
-from certify.attention import AttentionWeights, load_layer
+from certify import load_layer
+from certify.attention import AttentionWeights
 from certify.cli import main
 from certify.report import write_json
 

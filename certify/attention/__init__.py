@@ -1,7 +1,6 @@
-"""Attention modules (MATH.md section 1): dot-product, L2 (tied and untied), contractive L2."""
+"""Attention modules (MATH.md section 1): dot-product, L2 (tied and untied). The contractive L2 layer, which
+divides by a certified bound, lives in `certify.invertible`; saving and loading in `certify._checkpoint`."""
 
-from ._checkpoint import load_layer as load_layer, save_layer as save_layer
-from ._contractive import ContractiveL2MultiheadAttention as ContractiveL2MultiheadAttention
 from ._dot_product import (
     DotProductMultiheadAttention as DotProductMultiheadAttention,
     combine_heads as combine_heads,

@@ -51,7 +51,8 @@ def _centre(args: argparse.Namespace, D: int) -> torch.Tensor:
 
 
 def _layer(args: argparse.Namespace) -> int:
-    from ..attention import as_weights, load_layer
+    from .._checkpoint import load_layer
+    from ..attention import as_weights
     from ..lirpa import compare_layer
 
     layer = load_layer(args.checkpoint, num_heads=args.heads, add_zero_attn=zero_attn(args))

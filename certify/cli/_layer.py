@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from .._certify import certify_layer
-from ..attention import load_layer
+from .._checkpoint import load_layer
 from .._errors import InvalidInputError, NotLipschitzError
 from ..bounds import METHODS
 from ..bounds.closed_form import THEOREM_3_1

@@ -46,11 +46,11 @@ from .._domain import Ball
 from ..attention import (
     AttentionWeights,
     attention_forward,
-    ContractiveL2MultiheadAttention,
     DotProductMultiheadAttention,
     L2MultiheadAttention,
     UntiedL2MultiheadAttention,
 )
+from ..invertible import ContractiveL2MultiheadAttention
 from ._ptb import CharCorpus
 
 ATTENTIONS: tuple[str, ...] = ("dp", "l2", "l2-tied", "contractive-l2")

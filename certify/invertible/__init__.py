@@ -1,6 +1,8 @@
-"""Invertible self-attention (MATH.md sections 1 and 6): X + F(X) with F contractive, inverted by fixed-point
+"""Invertible self-attention (MATH.md sections 1 and 6): X + F(X) with F contractive
+(`ContractiveL2MultiheadAttention`: tied L2 attention divided by its Theorem 3.2 bound), inverted by fixed-point
 iteration with certified error bounds; and the counterexample showing why X + DP(X) needs no such guarantee."""
 
+from ._contractive import ContractiveL2MultiheadAttention as ContractiveL2MultiheadAttention
 from ._block import (
     CERTIFIED_METHODS as CERTIFIED_METHODS,
     Inverse as Inverse,

@@ -1,4 +1,5 @@
-"""Contractive L2 multi-head attention (MATH.md section 1): F_c(X) = gamma F(X) / B(W).
+"""Contractive L2 multi-head attention (MATH.md sections 1 and 6): F_c(X) = gamma F(X) / B(W), the F of the
+invertible block X + F_c(X).
 
 B(W) is the paper's Theorem 3.2 bound (inf-norm by default, as in the paper) for sequences of up to
 ``max_tokens`` tokens; phi^{-1}(N-1) increases with N, so the bound for ``max_tokens`` holds for every shorter
@@ -12,8 +13,8 @@ import dataclasses
 
 import torch
 
-from ._l2 import L2MultiheadAttention, l2_attention
-from ._weights import AttentionWeights
+from ..attention import AttentionWeights, L2MultiheadAttention, l2_attention
+from ..bounds import paper_bound_tensor
 
 
 class ContractiveL2MultiheadAttention(L2MultiheadAttention):
@@ -28,8 +29,6 @@ class ContractiveL2MultiheadAttention(L2MultiheadAttention):
 
     def lipschitz_bound(self) -> torch.Tensor:
         """B(W): the differentiable Theorem 3.2 bound of the unscaled layer (not outward-rounded)."""
-        from ..bounds import paper_bound_tensor  # late import: bounds depends on attention
-
         return paper_bound_tensor(super().attention_weights(), self.max_tokens, self.norm)
 
     def attention_weights(self) -> AttentionWeights:

@@ -1,4 +1,4 @@
-"""Saving and loading attention layers.
+"""Saving and loading attention layers (certify's modules, including the contractive one of `certify.invertible`).
 
 `save_layer` writes ``{"format": "certify.layer", "version": 1, "class": ..., "config": ..., "state_dict": ...}``
 with `torch.save`. `load_layer` reads that format, or a plain `torch.nn.MultiheadAttention` state dict. Such a
@@ -16,12 +16,11 @@ import os
 import torch
 from torch import nn
 
-from .._errors import CheckpointError
-from ._contractive import ContractiveL2MultiheadAttention
-from ._dot_product import DotProductMultiheadAttention
-from ._l2 import L2MultiheadAttention, UntiedL2MultiheadAttention
-from ._torch_import import multihead_state_dict_to_module
-from ._weights import DTYPE_NAMES
+from ._errors import CheckpointError
+from .attention import DotProductMultiheadAttention, L2MultiheadAttention, UntiedL2MultiheadAttention
+from .attention._torch_import import multihead_state_dict_to_module
+from .attention._weights import DTYPE_NAMES
+from .invertible import ContractiveL2MultiheadAttention
 
 FORMAT = "certify.layer"
 LAYER_CLASSES: dict[str, type[nn.Module]] = {
