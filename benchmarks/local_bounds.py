@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 from problems import random_weights  # noqa: E402
 
 from certify._domain import Ball  # noqa: E402
-from certify.adversarial import lower_bound  # noqa: E402
+from certify.adversarial import LOCAL_LOWER_SEARCH, lower_bound  # noqa: E402
 from certify.bounds import castin_bound, paper_bound  # noqa: E402
 from certify.bounds.local._search import local_bound  # noqa: E402
 
@@ -36,7 +36,9 @@ def run_case(kind: str, N: int, D: int, R: float, budget: float, repeat: int, no
     weights = random_weights(kind, 1, D, seed=0)
     domain = Ball(R)
     adversarial = lower_bound(weights, N, norm, domain, restarts=16, steps=300, seed=0)
-    runs = [local_bound(weights, N, norm, domain, time_budget=budget, lower=adversarial) for _ in range(repeat)]
+    runs = [local_bound(weights, N, norm, domain, time_budget=budget, lower=adversarial,
+                        lower_search=LOCAL_LOWER_SEARCH)
+            for _ in range(repeat)]
     ours = min(runs, key=lambda c: c.value)
     lower = max([adversarial.value] + [c.details["lower"] for c in runs])
     published = castin_bound(weights, N, R, norm) if kind == "dp" else paper_bound(weights, N, norm)

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from certify._domain import EpsBall
-from certify.adversarial import lower_bound
+from certify.adversarial import LOCAL_LOWER_SEARCH, lower_bound
 from certify.attention import as_weights
 from certify.bounds.local._search import local_bound
 from certify.bounds.local._taylor import memory_estimate, taylor_bound
@@ -123,7 +123,8 @@ def main() -> None:
                 if args.no_bnb:
                     old, old_s = math.nan, math.nan
                 else:
-                    result = local_bound(weights, N, norm, domain, args.budget, lower=low, taylor=False)
+                    result = local_bound(weights, N, norm, domain, args.budget, lower=low, taylor=False,
+                                         lower_search=LOCAL_LOWER_SEARCH)
                     old, old_s = result.value, result.seconds
                     assert old >= lower, (old, lower)
                 assert taylor.value >= lower, (taylor.value, lower)

@@ -15,7 +15,7 @@ from ._domain import Ball, Domain, EpsBall, Global
 from ._errors import InvalidInputError
 from ._footprint import check_memory
 from ._result import Certificate
-from .adversarial import lower_bound
+from .adversarial import LOCAL_LOWER_SEARCH, lower_bound
 from .attention import AttentionWeights, as_weights, check_tokens
 from .bounds import METHODS, require_global_lipschitz
 from .jacobian import check_norm
@@ -156,7 +156,8 @@ def certify_layer(layer: torch.nn.Module | AttentionWeights, tokens: int | None 
         raise InvalidInputError(f"no certified method applies to {weights.kind!r} attention on domain {domain.scope}")
     restarts = (lower_options or {}).get("restarts", 24) if lower else None
     check_memory([m.name for m in chosen], weights, tokens, domain, restarts)
-    certificates = [m.compute(weights, tokens, norm, domain, time_budget=time_budget, progress=progress)
+    certificates = [m.compute(weights, tokens, norm, domain, time_budget=time_budget, progress=progress,
+                              lower_search=LOCAL_LOWER_SEARCH)
                     for m in chosen]
     if lower:
         options = {"seconds": time_budget, **(lower_options or {})}

@@ -14,8 +14,8 @@ from certify import AttentionWeights
 from certify._domain import Ball, EpsBall, Global
 from certify._errors import InvalidInputError
 from certify.adversarial import (
-    PowerIteration, attained_norm, cluster_norm, expand, lemma_starts, lower_bound, naive_lower_bound, natural_scale,
-    project,
+    LOCAL_LOWER_SEARCH, PowerIteration, attained_norm, cluster_norm, expand, lemma_starts, lower_bound,
+    naive_lower_bound, natural_scale, project,
     query_output, round_multiplicities, row_block,
 )
 from certify.adversarial import _attained
@@ -223,7 +223,8 @@ def test_lower_bound_never_exceeds_a_certified_upper_bound(layer, norm):
     weights, N, radius = layer
     domain = Global() if weights.kind == "l2" else Ball(radius)
     result = lower_bound(weights, N, norm, domain, restarts=4, steps=40)
-    uppers = [m.compute(weights, N, norm, domain, time_budget=0.5)  # searching methods: a short budget
+    uppers = [m.compute(weights, N, norm, domain, time_budget=0.5,
+                        lower_search=LOCAL_LOWER_SEARCH)  # searching methods: a short budget
               for m in METHODS.values() if m.applies(weights, domain, N, norm)]
     assert uppers, "every small layer has a certified method"
     for upper in uppers:

@@ -17,6 +17,7 @@ from problems import layers, random_weights
 
 from certify._domain import Ball, EpsBall, Global
 from certify._errors import CertifyError
+from certify.adversarial import LOCAL_LOWER_SEARCH
 from certify.bounds import castin_bound, paper_bound
 from certify.bounds.local._search import local_bound
 from certify.bounds.local._domain import initial_box, shrink, split
@@ -187,7 +188,8 @@ def test_local_bound_is_above_every_attained_value(layer, norm, which, seed):
     else:
         X0 = torch.randn(N, D, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
         domain = EpsBall(X0, 0.2, "inf" if which == "eps-inf" else "2")
-    cert = local_bound(weights, N, norm, domain, time_budget=3.0, max_boxes=40, sdp_max_size=8, seed=seed)
+    cert = local_bound(weights, N, norm, domain, time_budget=3.0, max_boxes=40, sdp_max_size=8, seed=seed,
+                       lower_search=LOCAL_LOWER_SEARCH)
     assert cert.certified and cert.kind == "upper" and cert.scope == domain.scope
     X = _domain_points(domain, N, D, 200, seed)
     attained = jacobian_norm(jacobian(X, weights), norm).max().item()
@@ -200,7 +202,8 @@ def test_local_bound_is_above_every_attained_value(layer, norm, which, seed):
 @pytest.mark.parametrize("kind", ["dp", "l2"])
 def test_small_instances_reach_the_tolerance(kind):
     weights = random_weights(kind, 1, 1, seed=0)
-    cert = local_bound(weights, 2, "2", Ball(1.0), time_budget=20.0, tolerance=1.02, sdp_max_size=0)
+    cert = local_bound(weights, 2, "2", Ball(1.0), time_budget=20.0, tolerance=1.02, sdp_max_size=0,
+                       lower_search=LOCAL_LOWER_SEARCH)
     assert cert.details["stopped"] == "tolerance"
     assert cert.value <= 1.02 * cert.details["lower"]
 
@@ -208,10 +211,10 @@ def test_small_instances_reach_the_tolerance(kind):
 @pytest.mark.parametrize("seed", [0, 1])
 def test_tighter_than_the_published_bounds(seed):
     dp = random_weights("dp", 1, 3, seed=seed)
-    ours = local_bound(dp, 3, "2", Ball(1.0), time_budget=2.0, sdp_max_size=0)
+    ours = local_bound(dp, 3, "2", Ball(1.0), time_budget=2.0, sdp_max_size=0, lower_search=LOCAL_LOWER_SEARCH)
     assert ours.value < castin_bound(dp, 3, 1.0).value
     l2 = random_weights("l2", 1, 3, seed=seed)
-    ours = local_bound(l2, 3, "2", Ball(1.0), time_budget=2.0, sdp_max_size=0)
+    ours = local_bound(l2, 3, "2", Ball(1.0), time_budget=2.0, sdp_max_size=0, lower_search=LOCAL_LOWER_SEARCH)
     assert ours.value < paper_bound(l2, 3, "2").value
 
 
@@ -229,7 +232,7 @@ def test_interrupt_keeps_a_valid_bound(monkeypatch):
 
     monkeypatch.setattr(local, "split", interrupting_split)
     weights = random_weights("dp", 1, 2, seed=2)
-    cert = local_bound(weights, 3, "2", Ball(1.0), time_budget=5.0, sdp_max_size=0)
+    cert = local_bound(weights, 3, "2", Ball(1.0), time_budget=5.0, sdp_max_size=0, lower_search=LOCAL_LOWER_SEARCH)
     assert cert.details["stopped"] == "interrupted"
     X = _domain_points(Ball(1.0), 3, 2, 300, 0)
     assert jacobian_norm(jacobian(X, weights), "2").max().item() <= cert.value
@@ -332,7 +335,8 @@ def test_above_the_memory_limit_the_matrix_free_path_still_bounds(monkeypatch, l
     called = {"enclosure": 0}
     real = local.box_enclosure
     monkeypatch.setattr(local, "box_enclosure", lambda *a: (called.__setitem__("enclosure", 1), real(*a))[1])
-    cert = local_bound(weights, N, "2", Ball(radius), time_budget=3.0, max_boxes=30, sdp_max_size=64, seed=0)
+    cert = local_bound(weights, N, "2", Ball(radius), time_budget=3.0, max_boxes=30, sdp_max_size=64, seed=0,
+                       lower_search=LOCAL_LOWER_SEARCH)
     assert called["enclosure"] == 0  # the (N, D, N, D) enclosure was never built
     assert cert.details["entrywise"] is entrywise and cert.details["interval_scores"] is scores
     assert "entrywise enclosure skipped: would need" in cert.message
@@ -351,7 +355,8 @@ def test_interrupted_before_the_first_box_certifies_nothing_finite(monkeypatch):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(local, "structured_box_bound", interrupt)
-    cert = local_bound(random_weights("dp", 1, 2, seed=0), 3, "2", Ball(1.0), time_budget=2.0, sdp_max_size=0)
+    cert = local_bound(random_weights("dp", 1, 2, seed=0), 3, "2", Ball(1.0), time_budget=2.0, sdp_max_size=0,
+                       lower_search=LOCAL_LOWER_SEARCH)
     assert cert.details["stopped"] == "interrupted" and cert.value == math.inf
 
 
@@ -388,7 +393,8 @@ def test_the_worst_box_centre_is_in_the_domain_and_seeds_the_lower_bound():
     from certify.adversarial import lower_bound
 
     weights = random_weights("dp", 2, 2, seed=6, bias=True)
-    cert = local_bound(weights, 3, "2", Ball(2.0), time_budget=2.0, max_boxes=20, sdp_max_size=0)
+    cert = local_bound(weights, 3, "2", Ball(2.0), time_budget=2.0, max_boxes=20, sdp_max_size=0,
+                       lower_search=LOCAL_LOWER_SEARCH)
     centre = torch.tensor(cert.details["worst_box_centre"], dtype=torch.float64)
     assert centre.shape == (3, 4) and (centre.norm(dim=-1) <= 2.0).all()
     seeded = lower_bound(weights, 3, "2", Ball(2.0), restarts=2, steps=0, polish=0, starts=centre)

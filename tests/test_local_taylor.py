@@ -16,6 +16,7 @@ from problems import random_weights
 
 from certify._domain import Ball, EpsBall
 from certify._errors import CertifyError
+from certify.adversarial import LOCAL_LOWER_SEARCH
 from certify.bounds import METHODS
 from certify.bounds.local._enclosure import numpy_weights
 from certify.bounds.local._taylor import check_memory, taylor_bound, taylor_enclosure
@@ -162,8 +163,9 @@ def test_registered_and_used_by_the_branch_and_bound():
     cert = method.compute(weights, N, "2", domain)
     from certify.bounds.local._search import local_bound
 
-    without = local_bound(weights, N, "2", domain, time_budget=2.0, max_boxes=1, taylor=False)
-    with_taylor = local_bound(weights, N, "2", domain, time_budget=2.0, max_boxes=1)
+    without = local_bound(weights, N, "2", domain, time_budget=2.0, max_boxes=1, taylor=False,
+                          lower_search=LOCAL_LOWER_SEARCH)
+    with_taylor = local_bound(weights, N, "2", domain, time_budget=2.0, max_boxes=1, lower_search=LOCAL_LOWER_SEARCH)
     assert with_taylor.value <= without.value and with_taylor.value <= cert.value * (1 + 1e-12)
     assert with_taylor.value < 0.8 * without.value  # the root box alone: the Taylor form is much tighter here
 

@@ -25,6 +25,7 @@ from .._errors import InvalidInputError
 from ..attention import AttentionWeights
 from ..bounds import METHODS
 from ._naive import naive_lower_bound
+from ._lower_search import LOCAL_LOWER_SEARCH
 from ._search import lower_bound
 
 CONFIGS = ("unit", "multihead", "dp")
@@ -107,7 +108,7 @@ def tightness(config: str = "unit", norms: tuple[str, ...] = ("inf", "2"), max_t
         for norm in norms:
             lower = lower_bound(weights, N, norm, domain, seed=seed, seconds=seconds, device=device,
                                 progress=progress, **search)
-            uppers = {name: METHODS[name].compute(weights, N, norm, domain).value
+            uppers = {name: METHODS[name].compute(weights, N, norm, domain, lower_search=LOCAL_LOWER_SEARCH).value
                       for name in names if METHODS[name].applies(weights, domain, N, norm)}
             naive = None
             if baseline:

@@ -20,7 +20,7 @@ from .._result import Certificate
 from ..attention import AttentionWeights
 from .closed_form import certified_table, factorised_weight_factors, require_global_lipschitz, universal_constant
 from .global_l2 import global_l2_constant
-from .local import local_bound
+from .local import LowerSearch, local_bound
 
 GLOBAL_MAX_TOKENS = {1: 6, 2: 4}
 """Head width d -> the largest N the global search domains cover (`global_l2._domain`)."""
@@ -67,10 +67,13 @@ def global_bnb_bound(weights: AttentionWeights, N: int, norm: str, time_budget: 
 
 
 def branch_and_bound(weights: AttentionWeights, N: int, norm: str, domain: Domain, *, sdp: bool = False,
-                     time_budget: float = 10.0, progress: bool = False) -> Certificate:
-    """Local branch and bound on a bounded domain, or the global L2 constant by branch and bound."""
+                     time_budget: float = 10.0, progress: bool = False,
+                     lower_search: LowerSearch | None = None) -> Certificate:
+    """Local branch and bound on a bounded domain, or the global L2 constant by branch and bound.
+
+    lower_search: steers the local search (`local_bound`; `certify.adversarial.LOCAL_LOWER_SEARCH`)."""
     if isinstance(domain, Global):
         return global_bnb_bound(weights, N, norm, time_budget, progress)
     certificate = local_bound(weights, N, norm, domain, time_budget, sdp_max_size=64 if sdp else 0,
-                              quiet=not progress)
+                              quiet=not progress, lower_search=lower_search)
     return dataclasses.replace(certificate, method="sdp" if sdp else "bnb")

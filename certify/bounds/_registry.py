@@ -2,8 +2,9 @@
 
 Each `Method` declares, as data, which attention kinds it covers, which domains and norms it needs, whether it
 runs by default, and its guarantee. A global method also bounds every local domain (its certificate's scope stays
-"global"). ``compute(weights, N, norm, domain, time_budget=..., progress=...)``: methods that search use the time
-budget; the closed forms ignore it.
+"global"). ``compute(weights, N, norm, domain, time_budget=..., progress=..., lower_search=...)``: methods that
+search use the time budget; the closed forms ignore it. ``lower_search`` (`certify.adversarial.LOCAL_LOWER_SEARCH`)
+steers the local branch and bound and is passed through, so that bounds never import the adversarial search.
 
 Adding a bound: write it in its own file as ``f(weights, N, norm, domain, ...) -> Certificate`` returning a
 certified, rounded-up value; register it here with its kinds and domains; add a test that adversarial lower

@@ -28,7 +28,8 @@ from torch import nn
 
 from .._domain import EpsBall
 from ..attention import AttentionWeights, as_weights, attention_forward
-from ..bounds import castin_bound, factorised_bound, paper_bound, round_up
+from ..adversarial import LOCAL_LOWER_SEARCH
+from ..bounds import castin_bound, factorised_bound, local_bound, paper_bound, round_up
 from ..jacobian import jacobian, jacobian_norm
 from ._bounds import check_ball, output_bounds
 from ._jacobian import jacobian_bounds, lirpa_lipschitz
@@ -108,15 +109,14 @@ def compare_layer(layer: nn.Module | AttentionWeights, X0: torch.Tensor, eps: fl
     ``time_budget``: seconds for our branch and bound (and the SDP time limit); ``norm2``: the `certify.sdp`
     method for 2-norms of the auto_LiRPA enclosure; ``jacobian_method``: "CROWN" or "IBP" for that enclosure.
     """
-    from ..bounds import local_bound
-
     X0 = check_ball(X0, eps, p)
     weights = as_weights(layer).to(torch.float64)
     rows = [Comparison(b.method, eps, p, None, b.deviation(p), False, b.seconds)
             for b in output_bounds(weights, X0, eps, p)]
     lirpa = lirpa_lipschitz(weights, X0, eps, p, p, jacobian_method, norm2=norm2, chunk=chunk, time_limit=time_budget)
     rows.append(Comparison(lirpa.method, eps, p, lirpa.value, round_up(lirpa.value * eps), False, lirpa.seconds))
-    ours = local_bound(weights, X0.shape[0], p, EpsBall(X0, eps, p), time_budget=time_budget)
+    ours = local_bound(weights, X0.shape[0], p, EpsBall(X0, eps, p), time_budget=time_budget,
+                       lower_search=LOCAL_LOWER_SEARCH)
     rows.append(Comparison("ours local", eps, p, ours.value, round_up(ours.value * eps), True, ours.seconds))
     best = global_lipschitz(weights, X0, eps, p)
     if best is not None:

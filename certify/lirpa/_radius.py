@@ -41,7 +41,8 @@ from torch import nn
 
 from .._domain import Ball, EpsBall
 from .._errors import InvalidInputError
-from ..bounds import castin_bound, factorised_bound, paper_bound, round_up
+from ..adversarial import LOCAL_LOWER_SEARCH
+from ..bounds import castin_bound, factorised_bound, local_bound, paper_bound, round_up
 from ..bounds._rounding import norm_2, norm_inf
 from . import _compat
 from ._bounds import bounded_module, check_ball, compute, float64_default, perturbation
@@ -136,13 +137,12 @@ def _attention_bound(model: nn.Module, bound: str, q: str, X: torch.Tensor, r: f
         move = norm_2(W_e) * r * (1.0 if p == "2" else math.sqrt(D_in))
         R = round_up(float(Y0.norm(dim=1).max()) + round_up(move))
         return castin_bound(weights, N, R, q).value
-    from ..bounds import local_bound
-
     if q == p:
         eps = (norm_2(W_e) if q == "2" else norm_inf(W_e)) * r
     else:  # the l_2 ball of radius ||W_e||_2 sqrt(N D_in) r contains the embedded l_inf ball
         eps = norm_2(W_e) * math.sqrt(N * D_in) * r
-    local = local_bound(weights, N, q, EpsBall(Y0, round_up(eps), q), time_budget=time_budget).value
+    local = local_bound(weights, N, q, EpsBall(Y0, round_up(eps), q), time_budget=time_budget,
+                        lower_search=LOCAL_LOWER_SEARCH).value
     if weights.kind == "l2":  # the global bound holds on every domain: keep the smaller
         return min(local, _attention_bound(model, "global", q, X, r, p, time_budget))
     return local

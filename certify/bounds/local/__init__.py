@@ -13,5 +13,5 @@ from ._enclosure import (
     point_einsum as point_einsum,
     token_differences as token_differences,
 )
-from ._search import local_bound as local_bound
+from ._search import LowerSearch as LowerSearch, local_bound as local_bound
 from ._taylor import MEMORY_LIMIT as MEMORY_LIMIT, memory_estimate as memory_estimate, taylor_bound as taylor_bound

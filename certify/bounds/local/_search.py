@@ -13,16 +13,19 @@ whatever the leaves are, as long as they cover Omega: a box is only dropped when
 always splits the leaf with the largest bound (along its widest coordinate), until upper / lower <= tolerance or
 the time budget is spent. On Ball(R) only the fundamental domain of token permutations (sorted first coordinates)
 and, without query/key biases, of X -> -X is searched (`_domain.shrink`). Lower bounds come from the adversarial ascent plus ||J|| at every box centre
-(projected into Omega). Ctrl-C stops the search and returns the bound of the leaves so far, which is still valid.
+(projected into Omega); the ascent and the matrix-free norm come from `lower_search` (`certify.adversarial`
+provides them as `LOCAL_LOWER_SEARCH`: bounds never import the adversarial search). Ctrl-C stops the search and returns the bound of the leaves so far, which is still valid.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import math
 import time
 import warnings
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -30,6 +33,7 @@ import torch
 from ..._domain import Ball, Domain, EpsBall
 from ..._errors import InvalidInputError
 from ..._memory import gib, memory_limit
+from ..._progress import progress_bar
 from ..._result import Certificate
 from ...attention import AttentionWeights, check_tokens
 from ...interval import Interval
@@ -41,6 +45,20 @@ from ._enclosure import jacobian_enclosure, mean_value_enclosure, numpy_weights
 from ._taylor import MEMORY_LIMIT, memory_estimate, taylor_box_bounds
 from ._structured import dp_structured_bound, l2_structured_bound, structured_constants
 from ._vertex import vertex_bounds
+
+@dataclasses.dataclass(frozen=True)
+class LowerSearch:
+    """The lower-bound functions that steer the local branch and bound (the upper bound never uses them).
+
+    lower_bound(weights, N, norm, domain, *, restarts, steps, seed, seconds) -> Certificate (kind "lower", value
+    attained in the domain, details["witness"]): the adversarial ascent. attained_norm(X (N, D), weights, norm, *,
+    iterations, seconds) -> (value, how): ||J(X)||_norm or a lower bound on it, matrix-free and time-limited.
+    `certify.adversarial.LOCAL_LOWER_SEARCH` is the one certify uses.
+    """
+
+    lower_bound: Callable[..., Certificate]
+    attained_norm: Callable[..., tuple[float, str]]
+
 
 ENCLOSURES: tuple[str, ...] = ("auto", "direct", "mean-value")
 VERTEX_COORDINATES = 8
@@ -175,6 +193,7 @@ def local_bound(
     quiet: bool = True,
     seed: int = 0,
     taylor: bool = True,
+    lower_search: LowerSearch | None = None,
 ) -> Certificate:
     """Certified upper bound on Lip_norm(F) over a local domain, by branch and bound (module docstring).
 
@@ -188,7 +207,8 @@ def local_bound(
         tolerance: stop once upper / lower <= tolerance.
         enclosure: "direct", "mean-value" or "auto" (mean-value when N D <= 16).
         sdp_max_size: use the SDP on the leading leaves (2-norm) when N D is at most this; 0 disables it.
-        lower: a known lower bound (kind "lower", attained in the domain); else the adversarial ascent runs.
+        lower: a known lower bound (kind "lower", attained in the domain); else the adversarial ascent of
+            ``lower_search`` runs.
         max_boxes: stop after this many box evaluations (for tests).
         vertices: also use the first-order vertex bound (`_vertex`) when N D <= 8 and the enclosure is
             "mean-value" (tight on small boxes, useless on large ones; off by default as it halves throughput).
@@ -196,6 +216,9 @@ def local_bound(
         seed: for the adversarial ascent.
         taylor: with the direct enclosure, also bound each box by the first-order Taylor form about its midpoint
             (`_taylor`: asymptotically exact as boxes shrink; its value part is the direct enclosure).
+        lower_search: the adversarial ascent and matrix-free norm (`LowerSearch`;
+            `certify.adversarial.LOCAL_LOWER_SEARCH`). None: no ascent, and the lower bound is ||J|| at sampled
+            points and box centres when N D <= DENSE_LOWER_COORDINATES (else 0); the upper bound is the same.
 
     Returns:
         Certificate(kind="upper", certified=True, method="local-bnb"), details: lower, ratio, boxes, leaves,
@@ -248,12 +271,10 @@ def local_bound(
     # lower bound: given, or adversarial ascent on a share of the budget
     root = initial_box(domain, N, D)  # validates the domain against (N, D) before any work
     best_lower, witness = 0.0, None
-    if lower is None:
-        from ...adversarial import lower_bound
-
+    if lower is None and lower_search is not None:
         try:
             share = max(0.2 * time_budget - (time.perf_counter() - start), 0.05 * time_budget)
-            lower = lower_bound(w64, N, norm, domain, restarts=8, steps=150, seed=seed, seconds=share)
+            lower = lower_search.lower_bound(w64, N, norm, domain, restarts=8, steps=150, seed=seed, seconds=share)
         except Exception as error:  # the lower bound only steers the search; the upper bound does not use it
             warnings.warn(f"adversarial lower bound failed ({error!r}); using sampled inputs only", stacklevel=2)
             lower = None
@@ -268,12 +289,12 @@ def local_bound(
             values = jacobian_norm(jacobian(torch.from_numpy(Xp), w64), norm)
             top = int(values.argmax())
             value = float(values[top])
-        else:  # matrix-free and time-limited, one point (a Rayleigh value or a row subset: still attained)
-            from ...adversarial import attained_norm
-
+        elif lower_search is not None:  # matrix-free and time-limited, one point (a Rayleigh value or a row subset)
             top = 0
-            value = attained_norm(torch.from_numpy(Xp[0]), w64, norm, iterations=3,
-                                  seconds=0.02 * time_budget)[0]
+            value = lower_search.attained_norm(torch.from_numpy(Xp[0]), w64, norm, iterations=3,
+                                               seconds=0.02 * time_budget)[0]
+        else:
+            return
         if value > best_lower:
             best_lower, witness = value, Xp[top].tolist()
 
@@ -317,8 +338,6 @@ def local_bound(
 
     progress = None
     if not quiet:
-        from certify._progress import progress_bar  # absolute: this module may move within certify.bounds
-
         progress = progress_bar(total=None, desc="local bnb", unit="box", leave=False)
     stopped = "time"
     popped: list = []
