@@ -1,20 +1,25 @@
 """Certified local bounds on Lip(F) over a bounded domain by branch and bound over boxes of X (MATH.md section 7).
 
-Over a convex domain Omega, Lip_p(F) = sup_{X in Omega} ||J(X)||_p. Cover Omega by boxes (`_domain`);
-on each box B, `_enclosure` gives an interval matrix containing J(X) for every X in B, and its norm is
-bounded with proof (`certify.sdp`: the exact row sum for p = inf; min(||J_c|| + ||R||, || |J_c| + R ||) for p = 2,
-refined by the SDP relaxation for the largest boxes when N D <= `sdp_max_size`); `_structured` gives a
-second, norm-based bound on the same box, and optionally (`vertices=True`, N D <= 8) `_vertex` a third (first-order form, maximised
-over the box's vertices); the smallest is kept. So
+Over a convex domain Omega, Lip_p(F) = sup_{X in Omega} ||J(X)||_p. Cover Omega by boxes (`_domain`); on each box
+B, `_enclosure` gives an interval matrix containing J(X) for every X in B, and its norm is bounded with proof
+(`certify.sdp`: the exact row sum for p = inf; min(||J_c|| + ||R||, || |J_c| + R ||) for p = 2, refined by the SDP
+relaxation for the largest boxes when N D <= `sdp_max_size`); `_structured` gives a second, norm-based bound on the
+same box, `_taylor` (direct enclosure) or optionally (`vertices=True`, N D <= 8) `_vertex` a third (first-order
+form about the midpoint / maximised over the box's vertices); the smallest is kept. So
 
     Lip_p(F) on Omega <= max over the current leaves of their bound,
 
 whatever the leaves are, as long as they cover Omega: a box is only dropped when it misses Omega. Branch and bound
 always splits the leaf with the largest bound (along its widest coordinate), until upper / lower <= tolerance or
 the time budget is spent. On Ball(R) only the fundamental domain of token permutations (sorted first coordinates)
-and, without query/key biases, of X -> -X is searched (`_domain.shrink`). Lower bounds come from the adversarial ascent plus ||J|| at every box centre
-(projected into Omega); the ascent and the matrix-free norm come from `lower_search` (`certify.adversarial`
-provides them as `LOCAL_LOWER_SEARCH`: bounds never import the adversarial search). Ctrl-C stops the search and returns the bound of the leaves so far, which is still valid.
+and, without query/key biases, of X -> -X is searched (`_domain.shrink`). Lower bounds come from the adversarial
+ascent plus ||J|| at every box centre (projected into Omega); the ascent and the matrix-free norm come from
+`lower_search` (`certify.adversarial.LOCAL_LOWER_SEARCH`: bounds never import the adversarial search). Ctrl-C stops
+the search and returns the bound of the leaves so far, which is still valid.
+
+`local_bound` runs the steps in order: `_check_arguments`, `_set_up` (a frozen `_Plan`: which bounds fit in
+memory), `_seed_lower`, `_branch_and_bound` (over a `_Search`: the leaves and the best lower bound) and
+`_certificate`.
 """
 
 from __future__ import annotations
@@ -41,10 +46,11 @@ from ...jacobian import check_norm, jacobian, jacobian_norm
 from ...sdp import MatrixEnclosure, SDPFallbackWarning, baseline_bound, enclosure_norm, inf_norm_bound, magnitude_bound
 from .._rounding import Scaled, scaled_norm
 from ._domain import initial_box, shrink, split
-from ._enclosure import jacobian_enclosure, mean_value_enclosure, numpy_weights
+from ._enclosure import _Weights, jacobian_enclosure, mean_value_enclosure, numpy_weights
 from ._taylor import MEMORY_LIMIT, memory_estimate, taylor_box_bounds
-from ._structured import dp_structured_bound, l2_structured_bound, structured_constants
+from ._structured import StructuredConstants, dp_structured_bound, l2_structured_bound, structured_constants
 from ._vertex import vertex_bounds
+
 
 @dataclasses.dataclass(frozen=True)
 class LowerSearch:
@@ -62,6 +68,7 @@ class LowerSearch:
 
 ENCLOSURES: tuple[str, ...] = ("auto", "direct", "mean-value")
 VERTEX_COORDINATES = 8
+"""With the mean-value enclosure and N D <= this, also use the first-order vertex bound (`_vertex`)."""
 DENSE_LOWER_COORDINATES = 512
 """Above this N D the lower bounds at box centres use the matrix-free, time-limited `attained_norm` on one point
 instead of the dense Jacobians of a batch ((N D)^2 per point: 8 GiB for 64 points at N = D = 64)."""
@@ -85,7 +92,6 @@ def structured_bytes(N: int, D: int, d: int, boxes: int = 1, scores: bool = True
     if scores:
         return int(boxes * 6 * 16 * (N * N * D + N**3 * d))
     return int(boxes * 16 * 16 * (N * D + N * N))
-"""With the mean-value enclosure and N D <= this, also use the first-order vertex bound (`_vertex`)."""
 
 
 def enclosure_bound(J: Interval, norm: str, *, sdp: bool = False, time_limit: float | None = None) -> float:
@@ -222,9 +228,21 @@ def local_bound(
 
     Returns:
         Certificate(kind="upper", certified=True, method="local-bnb"), details: lower, ratio, boxes, leaves,
-        sdp_refinements, stopped ("tolerance", "time", "boxes", "interrupted").
+        sdp_refinements, stopped ("tolerance", "time", "boxes", "interrupted", "exhausted").
     """
     start = time.perf_counter()
+    _check_arguments(weights, N, norm, domain, enclosure, time_budget, tolerance)
+    plan = _set_up(weights, N, norm, domain, enclosure, sdp_max_size, vertices, taylor)
+    root = initial_box(domain, N, plan.weights.D)  # validates the domain against (N, D) before any work
+    search = _Search(plan, lower_search, time_budget)
+    search.best_lower, search.witness = _seed_lower(plan, lower, lower_search, time_budget, seed, start)
+    stopped, root_done = _branch_and_bound(search, root, start + time_budget, tolerance, max_boxes, seed, quiet)
+    return _certificate(search, stopped, root_done, start)
+
+
+def _check_arguments(weights: AttentionWeights, N: int, norm: str, domain: Domain, enclosure: str,
+                     time_budget: float, tolerance: float) -> None:
+    """Refuse (InvalidInputError) what `local_bound` does not cover, before any work."""
     check_tokens(N)
     check_norm(norm)
     if weights.kind not in ("dp", "l2"):
@@ -238,13 +256,45 @@ def local_bound(
     if tolerance < 1:
         raise InvalidInputError(f"tolerance must be >= 1, got {tolerance!r}")
     check_float64_range(weights, N, domain)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """What the search computes on every box, fixed before it starts: the layer in float64, the enclosure, and
+    which bounds fit in memory (estimated before allocating; above the limit, the matrix-free norm-based path)."""
+
+    weights: AttentionWeights  # float64, CPU
+    nw: _Weights
+    N: int
+    norm: str
+    domain: Domain
+    enclosure: str
+    entrywise: bool  # the (N, D, N, D) enclosure of J fits
+    entrywise_bytes: int
+    scores: bool  # the interval softmax of the structured bound fits
+    memory_limit: int
+    parts: tuple[str, ...]  # what was skipped, and why
+    use_vertices: bool
+    use_sdp: bool
+    use_taylor: bool
+    constants: StructuredConstants
+    radius: float | None
+    symmetric: bool  # search one fundamental domain of token permutations (Ball)
+    sign: bool  # ... and of X -> -X (Ball without query/key biases)
+    dense_lower: bool  # lower bounds from dense Jacobians at batches of box centres
+    batch: int  # children per step, within the memory limit
+
+
+def _set_up(weights: AttentionWeights, N: int, norm: str, domain: Domain, enclosure: str, sdp_max_size: int,
+            vertices: bool, taylor: bool) -> _Plan:
+    """The `_Plan` of one call: memory estimates (`enclosure_bytes`, `structured_bytes`, `memory_estimate`)
+    against `memory_limit()` decide which bounds run."""
     w64 = weights.to(torch.float64, "cpu")
     nw = numpy_weights(w64)
     D = w64.D
     if enclosure == "auto":
         enclosure = "mean-value" if N * D <= 16 else "direct"
     use_vertices = vertices and enclosure == "mean-value" and N * D <= VERTEX_COORDINATES
-    # memory: estimate before allocating; above the limit take the matrix-free (norm-based) path
     limit = memory_limit()
     parts: list[str] = []
     entrywise_bytes = enclosure_bytes(N, D, w64.d, w64.kind, 1, enclosure == "mean-value" or use_vertices)
@@ -259,118 +309,158 @@ def local_bound(
         parts.append(f"interval softmax skipped: would need {gib(scores_bytes)} per box; "
                      f"structured bound with logit-range caps")
     per_box = (entrywise_bytes if entrywise else 0) + structured_bytes(N, D, w64.d, 1, scores)
-    use_sdp = norm == "2" and N * D <= sdp_max_size and entrywise
-    use_taylor = (taylor and enclosure == "direct" and entrywise
-                  and memory_estimate(N, D, 8) <= min(MEMORY_LIMIT, limit))
-    constants = structured_constants(nw)
-    radius = domain.radius if isinstance(domain, Ball) else None
+    batch = 32 if N * D <= 16 else 8
     symmetric = isinstance(domain, Ball)
-    sign = symmetric and w64.b_Q is None and w64.b_K is None
-    dense_lower = N * D <= DENSE_LOWER_COORDINATES
+    return _Plan(
+        weights=w64, nw=nw, N=N, norm=norm, domain=domain, enclosure=enclosure, entrywise=entrywise,
+        entrywise_bytes=entrywise_bytes, scores=scores, memory_limit=limit, parts=tuple(parts),
+        use_vertices=use_vertices,
+        use_sdp=norm == "2" and N * D <= sdp_max_size and entrywise,
+        use_taylor=(taylor and enclosure == "direct" and entrywise
+                    and memory_estimate(N, D, 8) <= min(MEMORY_LIMIT, limit)),
+        constants=structured_constants(nw),
+        radius=domain.radius if isinstance(domain, Ball) else None,
+        symmetric=symmetric,
+        sign=symmetric and w64.b_Q is None and w64.b_K is None,
+        dense_lower=N * D <= DENSE_LOWER_COORDINATES,
+        batch=max(2, min(batch, int(limit // max(per_box, 1)))),
+    )
 
-    # lower bound: given, or adversarial ascent on a share of the budget
-    root = initial_box(domain, N, D)  # validates the domain against (N, D) before any work
-    best_lower, witness = 0.0, None
+
+def _seed_lower(plan: _Plan, lower: Certificate | None, lower_search: LowerSearch | None, time_budget: float,
+                seed: int, start: float) -> tuple[float, list | None]:
+    """(best lower bound, its witness) before the search: the given `lower`, or the adversarial ascent of
+    `lower_search` on what is left of 20% of the budget (at least 5%); (0, None) without either or if it fails."""
     if lower is None and lower_search is not None:
         try:
             share = max(0.2 * time_budget - (time.perf_counter() - start), 0.05 * time_budget)
-            lower = lower_search.lower_bound(w64, N, norm, domain, restarts=8, steps=150, seed=seed, seconds=share)
+            lower = lower_search.lower_bound(plan.weights, plan.N, plan.norm, plan.domain, restarts=8, steps=150,
+                                             seed=seed, seconds=share)
         except Exception as error:  # the lower bound only steers the search; the upper bound does not use it
-            warnings.warn(f"adversarial lower bound failed ({error!r}); using sampled inputs only", stacklevel=2)
+            warnings.warn(f"adversarial lower bound failed ({error!r}); using sampled inputs only", stacklevel=3)
             lower = None
-    if lower is not None:
-        best_lower = float(lower.value)
-        witness = lower.details.get("witness")
+    if lower is None:
+        return 0.0, None
+    return float(lower.value), lower.details.get("witness")
 
-    def lower_at(X: np.ndarray) -> None:
-        nonlocal best_lower, witness
-        Xp = _project(X, domain)
-        if dense_lower:
-            values = jacobian_norm(jacobian(torch.from_numpy(Xp), w64), norm)
+
+@dataclasses.dataclass
+class _Search:
+    """The state of one branch and bound: the leaves (a heap on -bound), the best attained lower bound and
+    the counters. Every leaf bound is certified; the leaves always cover the domain (module docstring)."""
+
+    plan: _Plan
+    lower_search: LowerSearch | None
+    time_budget: float
+    heap: list[tuple[float, int, bool, Interval]] = dataclasses.field(default_factory=list)  # (-bound, tie, sdp, box)
+    counter: itertools.count = dataclasses.field(default_factory=itertools.count)
+    best_lower: float = 0.0
+    witness: list | None = None
+    boxes: int = 0
+    sdp_refinements: int = 0
+    box_seconds: float = 0.0  # measured cost of one box evaluation
+
+    @property
+    def upper(self) -> float:
+        """The largest leaf bound: a certified bound on Lip over the domain."""
+        return -self.heap[0][0]
+
+    def push(self, bound: float, box: Interval, sdp_refined: bool = False) -> None:
+        heapq.heappush(self.heap, (-bound, next(self.counter), sdp_refined, box))
+
+    def lower_at(self, X: np.ndarray) -> None:
+        """Raise the lower bound to ||J|| at the points X (B, N, D) projected into the domain: dense Jacobians of
+        all of them, or (N D > DENSE_LOWER_COORDINATES) `lower_search.attained_norm` at the first, time-limited."""
+        plan = self.plan
+        Xp = _project(X, plan.domain)
+        if plan.dense_lower:
+            values = jacobian_norm(jacobian(torch.from_numpy(Xp), plan.weights), plan.norm)
             top = int(values.argmax())
             value = float(values[top])
-        elif lower_search is not None:  # matrix-free and time-limited, one point (a Rayleigh value or a row subset)
+        elif self.lower_search is not None:  # matrix-free, time-limited, one point (a Rayleigh value or a row subset)
             top = 0
-            value = lower_search.attained_norm(torch.from_numpy(Xp[0]), w64, norm, iterations=3,
-                                               seconds=0.02 * time_budget)[0]
+            value = self.lower_search.attained_norm(torch.from_numpy(Xp[0]), plan.weights, plan.norm, iterations=3,
+                                                    seconds=0.02 * self.time_budget)[0]
         else:
             return
-        if value > best_lower:
-            best_lower, witness = value, Xp[top].tolist()
+        if value > self.best_lower:
+            self.best_lower, self.witness = value, Xp[top].tolist()
 
-    search_start = time.perf_counter()
-    deadline = start + time_budget
-    counter = itertools.count()
-    heap: list[tuple[float, int, bool, Interval]] = []  # (-bound, tie, sdp_refined, box)
-    boxes = 0
-    sdp_refinements = 0
-    batch = 32 if N * D <= 16 else 8
-    batch = max(2, min(batch, int(limit // max(per_box, 1))))  # children per step, within the memory limit
-    box_seconds = 0.0  # measured cost of one box evaluation
-
-    def evaluate(children: list[Interval], parent_bounds: list[float]) -> None:
-        nonlocal boxes, box_seconds
+    def evaluate(self, children: list[Interval], parent_bounds: list[float]) -> None:
+        """Bound each child box (shrunk to the domain; dropped if it misses it) by the smallest of its entrywise,
+        vertex or Taylor, structured and parent bounds, and push it; lower bounds at the centres."""
+        plan = self.plan
         began = time.perf_counter()
-        boxes += len(children)
+        self.boxes += len(children)
         stacked = Interval(np.stack([c.lo for c in children]), np.stack([c.hi for c in children]))
-        shrunk, keep = shrink(stacked, domain, symmetric, sign)
+        shrunk, keep = shrink(stacked, plan.domain, plan.symmetric, plan.sign)
         if not np.any(keep):
             return
         kept = Interval(shrunk.lo[keep], shrunk.hi[keep])
         parents = np.asarray(parent_bounds)[keep]
         J = None
-        if use_vertices:
-            vertex, J = vertex_bounds(kept, nw, norm)
-        elif use_taylor:  # the root gets the exact-slope seeds when they are cheap; later boxes the directional one
-            vertex, J = taylor_box_bounds(kept, nw, norm, seeds="auto" if boxes == 1 else "directional")
+        if plan.use_vertices:
+            vertex, J = vertex_bounds(kept, plan.nw, plan.norm)
+        elif plan.use_taylor:  # exact-slope seeds at the root when cheap; later boxes the directional one
+            seeds = "auto" if self.boxes == 1 else "directional"
+            vertex, J = taylor_box_bounds(kept, plan.nw, plan.norm, seeds=seeds)
         else:
             vertex = np.full(kept.shape[0], math.inf)
-            if entrywise:
-                J = box_enclosure(kept, nw, enclosure)
-        structured = structured_box_bound(kept, nw, constants, N, norm, radius, scores)
-        if dense_lower:
-            lower_at(0.5 * kept.lo + 0.5 * kept.hi)
+            if plan.entrywise:
+                J = box_enclosure(kept, plan.nw, plan.enclosure)
+        structured = structured_box_bound(kept, plan.nw, plan.constants, plan.N, plan.norm, plan.radius, plan.scores)
+        if plan.dense_lower:
+            self.lower_at(0.5 * kept.lo + 0.5 * kept.hi)
         for b in range(kept.shape[0]):
-            entrywise_bound = enclosure_bound(J[b], norm) if J is not None else math.inf
-            bound = min(entrywise_bound, float(vertex[b]), float(structured[b]), float(parents[b]))
-            heapq.heappush(heap, (-bound, next(counter), False, kept[b]))
-        box_seconds = (time.perf_counter() - began) / len(children)
+            entrywise_bound = enclosure_bound(J[b], plan.norm) if J is not None else math.inf
+            self.push(min(entrywise_bound, float(vertex[b]), float(structured[b]), float(parents[b])), kept[b])
+        self.box_seconds = (time.perf_counter() - began) / len(children)
 
-    progress = None
-    if not quiet:
-        progress = progress_bar(total=None, desc="local bnb", unit="box", leave=False)
+    def refine_with_sdp(self, popped: list, time_limit: float) -> None:
+        """Re-bound the leading leaf (popped[0]) with the certified SDP norm of its enclosure, and push it back."""
+        neg_bound, _, _, box = popped[0]
+        J = box_enclosure(box, self.plan.nw, self.plan.enclosure)
+        value = min(-neg_bound, enclosure_bound(J, self.plan.norm, sdp=True, time_limit=time_limit))
+        self.sdp_refinements += 1
+        self.push(value, box, sdp_refined=True)
+
+
+def _branch_and_bound(search: _Search, root: Interval, deadline: float, tolerance: float, max_boxes: int | None,
+                      seed: int, quiet: bool) -> tuple[str, bool]:
+    """Split the leaves with the largest bounds (in batches whose measured cost fits the deadline) until
+    upper / lower <= tolerance, the deadline, `max_boxes` or Ctrl-C. Returns (why it stopped, whether the root
+    box was bounded). In the second half of the time, the leading leaf gets the SDP once (`_Plan.use_sdp`)."""
+    plan, heap = search.plan, search.heap
+    search_start = time.perf_counter()
+    progress = None if quiet else progress_bar(total=None, desc="local bnb", unit="box", leave=False)
     stopped = "time"
     popped: list = []
     root_done = False
     try:
         generator = np.random.default_rng(seed)
-        lower_at(generator.uniform(root.lo, root.hi, size=(64 if dense_lower else 1, N, D)))
-        evaluate([root], [math.inf])
+        search.lower_at(generator.uniform(root.lo, root.hi, size=(64 if plan.dense_lower else 1, plan.N,
+                                                                  plan.weights.D)))
+        search.evaluate([root], [math.inf])
         root_done = True
         while heap:
-            if -heap[0][0] <= best_lower * tolerance:
+            if search.upper <= search.best_lower * tolerance:
                 stopped = "tolerance"
                 break
             now = time.perf_counter()
             if now > deadline:
                 stopped = "time"
                 break
-            if max_boxes is not None and boxes >= max_boxes:
+            if max_boxes is not None and search.boxes >= max_boxes:
                 stopped = "boxes"
                 break
-            if use_sdp and not heap[0][2] and now > search_start + 0.5 * (deadline - search_start):
+            if plan.use_sdp and not heap[0][2] and now > search_start + 0.5 * (deadline - search_start):
                 popped = [heapq.heappop(heap)]
-                neg_bound, _, _, box = popped[0]
-                J = box_enclosure(box, nw, enclosure)
-                limit_s = max(1.0, deadline - now)
-                value = min(-neg_bound, enclosure_bound(J, norm, sdp=True, time_limit=limit_s))
-                sdp_refinements += 1
-                heapq.heappush(heap, (-value, next(counter), True, box))
+                search.refine_with_sdp(popped, max(1.0, deadline - now))
                 popped = []
                 continue
-            pairs = max(1, min(batch // 2, len(heap)))
-            if now + box_seconds * 2 * pairs > deadline:  # the measured cost of this batch would overrun
-                pairs = int((deadline - now) / max(2 * box_seconds, 1e-9))
+            pairs = max(1, min(plan.batch // 2, len(heap)))
+            if now + search.box_seconds * 2 * pairs > deadline:  # the measured cost of this batch would overrun
+                pairs = int((deadline - now) / max(2 * search.box_seconds, 1e-9))
                 if pairs < 1:
                     stopped = "time"
                     break
@@ -380,11 +470,11 @@ def local_bound(
                 for child in split(box):
                     children.append(child)
                     parents.append(-neg_bound)
-            evaluate(children, parents)
+            search.evaluate(children, parents)
             popped = []
             if progress is not None:
                 progress.update(len(children))
-                progress.set_postfix(upper=f"{-heap[0][0]:.5g}" if heap else "-", lower=f"{best_lower:.5g}")
+                progress.set_postfix(upper=f"{search.upper:.5g}" if heap else "-", lower=f"{search.best_lower:.5g}")
     except KeyboardInterrupt:
         stopped = "interrupted"
         for item in popped:
@@ -392,43 +482,51 @@ def local_bound(
     finally:
         if progress is not None:
             progress.close()
+    return stopped, root_done
+
+
+def _certificate(search: _Search, stopped: str, root_done: bool, start: float) -> Certificate:
+    """The Certificate of a finished search: the largest leaf bound (inf if interrupted before the root box was
+    bounded, 0 if no leaf is left: every box missed the domain), with the lower bound and counters as details."""
+    plan, heap = search.plan, search.heap
     if not root_done:  # interrupted before the first box was bounded: nothing is certified beyond infinity
         upper = math.inf
     else:
-        upper = -heap[0][0] if heap else 0.0
+        upper = search.upper if heap else 0.0
         if not heap:
             stopped = "exhausted"
     if root_done and not math.isfinite(upper):
         raise InvalidInputError(f"the local branch and bound ended at {upper}: float64 overflowed for this layer")
+    best_lower = search.best_lower
     ratio = upper / best_lower if best_lower > 0 else math.inf
     worst = None
     if heap:  # the centre of the leaf with the largest bound, in the domain: a start for `lower_bound(starts=...)`
         box = heap[0][3]
-        worst = _project((0.5 * box.lo + 0.5 * box.hi)[None], domain)[0].tolist()
-    ran = "; ".join(parts) if parts else "entrywise enclosure and structured bound on every box"
+        worst = _project((0.5 * box.lo + 0.5 * box.hi)[None], plan.domain)[0].tolist()
+    ran = "; ".join(plan.parts) if plan.parts else "entrywise enclosure and structured bound on every box"
     return Certificate(
         value=float(upper),
         kind="upper",
         certified=True,
         method="local-bnb",
-        scope=domain.scope,
-        norm=norm,  # type: ignore[arg-type]
+        scope=plan.domain.scope,
+        norm=plan.norm,  # type: ignore[arg-type]
         seconds=time.perf_counter() - start,
-        message=f"branch and bound over boxes of X: upper / lower = {ratio:.4f} after {boxes} boxes ({stopped}); "
-                f"{ran}",
+        message=f"branch and bound over boxes of X: upper / lower = {ratio:.4f} after {search.boxes} boxes "
+                f"({stopped}); {ran}",
         details={
             "lower": best_lower,
-            "witness": witness,
+            "witness": search.witness,
             "ratio": ratio,
-            "boxes": boxes,
+            "boxes": search.boxes,
             "leaves": len(heap),
-            "sdp_refinements": sdp_refinements,
-            "enclosure": enclosure if entrywise else "skipped",
-            "entrywise": entrywise,
-            "interval_scores": scores,
-            "memory_limit": limit,
-            "entrywise_bytes": entrywise_bytes,
-            "parts": parts,
+            "sdp_refinements": search.sdp_refinements,
+            "enclosure": plan.enclosure if plan.entrywise else "skipped",
+            "entrywise": plan.entrywise,
+            "interval_scores": plan.scores,
+            "memory_limit": plan.memory_limit,
+            "entrywise_bytes": plan.entrywise_bytes,
+            "parts": list(plan.parts),
             "worst_box_centre": worst,
             "stopped": stopped,
         },
