@@ -6,8 +6,10 @@ runs by default, and its guarantee. A global method also bounds every local doma
 search use the time budget; the closed forms ignore it. ``lower_search`` (`certify.adversarial.LOCAL_LOWER_SEARCH`)
 steers the local branch and bound and is passed through, so that bounds never import the adversarial search.
 
-Adding a bound: write it in its own file as ``f(weights, N, norm, domain, ...) -> Certificate`` returning a
-certified, rounded-up value; register it here with its kinds and domains; add a test that adversarial lower
+Adding a bound: write it in its own file, in the sub-package of its MATH.md part (``closed_form/``, ``local/``,
+``global_l2/``; a new part gets a new sub-package), as ``f(weights, N, norm, domain, ...) -> Certificate`` returning
+a certified, rounded-up value; re-export it from that sub-package's ``__init__``; register it here with its kinds
+and domains (it must not import ``certify.adversarial``: `tests/test_layout.py`); add a test that adversarial lower
 bounds never exceed it and one that a deliberately wrong version fails. Forgetting the rounding or the test
 fails silently: nothing else checks them.
 """
