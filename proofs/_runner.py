@@ -6,11 +6,14 @@ import argparse
 import dataclasses
 import importlib
 import json
+import multiprocessing
+import os
 import pkgutil
 import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from types import ModuleType
 
@@ -152,14 +155,39 @@ def text_table(results: Sequence[ProofResult]) -> str:
     return "\n".join(rows)
 
 
-def run_all(names: Sequence[str] | None = None, inject: str | None = None) -> list[ProofResult]:
-    """Run the named proofs (default: all). With `inject`, run only the modules offering that injection."""
-    results = []
-    for name in names or proof_names():
-        result = run_module(name, inject)
-        if result is not None:
-            results.append(result)
-    return results
+def default_jobs() -> int:
+    """The number of cores this process may use (the default of ``--jobs``)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
+
+
+def _share_threads(threads: int) -> None:
+    """Worker initializer: this process's share of the cores for the numeric libraries, set before torch, numpy
+    or numba load their thread pools (as tests/conftest.py does for pytest-xdist workers), so that the workers do
+    not oversubscribe the machine."""
+    for variable in THREAD_VARIABLES:
+        os.environ.setdefault(variable, str(threads))
+
+
+def run_all(names: Sequence[str] | None = None, inject: str | None = None, jobs: int = 1) -> list[ProofResult]:
+    """Run the named proofs (default: all), in the order given. With `inject`, run only the modules offering that
+    injection. ``jobs > 1``: in that many worker processes (each claim in one process; started with "spawn", so no
+    worker inherits threads or state from this one); the results keep the order of the names."""
+    names = list(names or proof_names())
+    jobs = max(1, min(jobs, len(names)))
+    if jobs == 1:
+        results = [run_module(name, inject) for name in names]
+    else:
+        threads = max(1, default_jobs() // jobs)
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_share_threads,
+                                 initargs=(threads,)) as pool:
+            results = list(pool.map(run_module, names, [inject] * len(names)))
+    return [result for result in results if result is not None]
 
 
 def injection_names() -> list[str]:
@@ -180,6 +208,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--list", action="store_true", help="list proofs and injectable errors, then exit")
     parser.add_argument("--quiet", action="store_true", help="print only the summary line")
     parser.add_argument("--json", default=None, metavar="FILE", help="also write the results as JSON to FILE")
+    parser.add_argument("--jobs", "-j", type=int, default=default_jobs(), metavar="N",
+                        help="run the claims in N worker processes (default: the number of cores, %(default)s); "
+                             "the report keeps the same order")
 
 
 def run_args(args: argparse.Namespace) -> int:
@@ -196,7 +227,10 @@ def run_args(args: argparse.Namespace) -> int:
         print(f"unknown --inject-error {args.inject_error!r}; expected one of {injection_names()}", file=sys.stderr)
         return 2
     start = time.perf_counter()
-    results = run_all(args.names, args.inject_error)
+    if args.jobs < 1:
+        print(f"--jobs must be at least 1, got {args.jobs}", file=sys.stderr)
+        return 2
+    results = run_all(args.names, args.inject_error, args.jobs)
     total = time.perf_counter() - start
     report = markdown_report(results, total, args.inject_error)
     Path(args.report).write_text(report)

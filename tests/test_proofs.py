@@ -119,7 +119,8 @@ def test_wrong_bound_counterexample_is_the_scaled_layer() -> None:
 
 def test_runner_exit_codes_report_and_json(tmp_path: Path) -> None:
     report, data = tmp_path / "report.md", tmp_path / "report.json"
-    assert main(["phi_inverse", "lemma_softmax_bound", "--report", str(report), "--json", str(data), "--quiet"]) == 0
+    assert main(["phi_inverse", "lemma_softmax_bound", "--report", str(report), "--json", str(data), "--quiet",
+                 "--jobs", "2"]) == 0  # two worker processes; the report keeps the order of the names
     text = report.read_text()
     assert "| `phi_inverse` | **PROVED** | PROVED |" in text and "| `lemma_softmax_bound` | **PROVED** |" in text
     claims = json.loads(data.read_text())["claims"]
@@ -131,6 +132,7 @@ def test_runner_exit_codes_report_and_json(tmp_path: Path) -> None:
     assert "Injected error: `jacobian`" in report.read_text() and "**UNPROVED** (below)" in report.read_text()
     assert main(["--inject-error", "nonsense", "--report", str(report)]) == 2
     assert main(["no_such_proof", "--report", str(report)]) == 2
+    assert main(["phi_inverse", "--jobs", "0", "--report", str(report)]) == 2
 
 
 def test_requirements() -> None:
