@@ -15,14 +15,30 @@ does. Fusing them removes the temporaries numpy needs for each step (four produc
   plus 4 n u sum_k |hi_k| (each >= gamma_(n-1) times the sum of the magnitudes it adds up, for any summation
   order; the factor 4 covers the rounding of the margin itself, u = 2^-53), then rounded outward. Each end gets the
   margin of its own terms, so a sum of positive lower ends stays positive.
+
+The kernels are compiled when this module is imported and cached on disk (``cache=True``, beside the source or in
+numba's cache folder). numba's cache is not safe across processes: several fresh processes compiling at once (the
+pytest-xdist workers of a fresh clone) corrupted it and crashed the processes that loaded it (segmentation
+faults: 14 of 36 processes, three at a time on a fresh cache). So every process loads or writes the cache under one
+exclusive file lock (`_cache_lock`); a later process waits for the first one's compilation, then loads its cache.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import math
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
 import numba
 import numpy as np
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no lock (one process at a time is then up to the caller)
+    fcntl = None  # type: ignore[assignment]
 
 ULP_SCALE = 2.0**-52
 TINY = 2.0**-1074  # the smallest subnormal
@@ -58,57 +74,74 @@ def _up(x: float) -> float:
     return math.inf if y != y else y
 
 
-@numba.vectorize(["float64(float64)"], cache=True)
-def round_down_kernel(x):
-    return _down(x)
+@contextlib.contextmanager
+def _cache_lock() -> Iterator[None]:
+    """An exclusive lock (fcntl.flock; released when the file closes, also when the process dies) held while numba
+    compiles the kernels and loads or writes their on-disk cache (module docstring). The lock file is in the
+    temporary folder, named after this file's path, so it works when the package folder is read-only; if it
+    cannot be opened (another user's file), or without fcntl, the kernels compile without it."""
+    handle = None
+    if fcntl is not None:
+        name = hashlib.sha256(str(Path(__file__).resolve()).encode()).hexdigest()[:16]
+        try:
+            handle = open(Path(tempfile.gettempdir()) / f"certify-numba-{name}.lock", "a")
+        except OSError:
+            pass
+    if handle is None:
+        yield
+        return
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
 
 
-@numba.vectorize(["float64(float64)"], cache=True)
-def round_up_kernel(x):
-    return _up(x)
+with _cache_lock():
+    @numba.vectorize(["float64(float64)"], cache=True)
+    def round_down_kernel(x):
+        return _down(x)
 
+    @numba.vectorize(["float64(float64)"], cache=True)
+    def round_up_kernel(x):
+        return _up(x)
 
-@numba.guvectorize(["void(f8, f8, f8, f8, f8[:], f8[:])"], "(),(),(),()->(),()", cache=True)
-def add_kernel(a_lo, a_hi, b_lo, b_hi, lo, hi):
-    lo[0] = _down(a_lo + b_lo)
-    hi[0] = _up(a_hi + b_hi)
+    @numba.guvectorize(["void(f8, f8, f8, f8, f8[:], f8[:])"], "(),(),(),()->(),()", cache=True)
+    def add_kernel(a_lo, a_hi, b_lo, b_hi, lo, hi):
+        lo[0] = _down(a_lo + b_lo)
+        hi[0] = _up(a_hi + b_hi)
 
+    @numba.guvectorize(["void(f8, f8, f8, f8, f8[:], f8[:])"], "(),(),(),()->(),()", cache=True)
+    def sub_kernel(a_lo, a_hi, b_lo, b_hi, lo, hi):
+        lo[0] = _down(a_lo - b_hi)
+        hi[0] = _up(a_hi - b_lo)
 
-@numba.guvectorize(["void(f8, f8, f8, f8, f8[:], f8[:])"], "(),(),(),()->(),()", cache=True)
-def sub_kernel(a_lo, a_hi, b_lo, b_hi, lo, hi):
-    lo[0] = _down(a_lo - b_hi)
-    hi[0] = _up(a_hi - b_lo)
+    @numba.guvectorize(["void(f8, f8, f8, f8, f8[:], f8[:])"], "(),(),(),()->(),()", cache=True)
+    def mul_kernel(a_lo, a_hi, b_lo, b_hi, lo, hi):
+        p1 = a_lo * b_lo
+        p2 = a_lo * b_hi
+        p3 = a_hi * b_lo
+        p4 = a_hi * b_hi
+        if p1 != p1 or p2 != p2 or p3 != p3 or p4 != p4:
+            lo[0] = -math.inf
+            hi[0] = math.inf
+        else:
+            lo[0] = _down(min(min(p1, p2), min(p3, p4)))
+            hi[0] = _up(max(max(p1, p2), max(p3, p4)))
 
-
-@numba.guvectorize(["void(f8, f8, f8, f8, f8[:], f8[:])"], "(),(),(),()->(),()", cache=True)
-def mul_kernel(a_lo, a_hi, b_lo, b_hi, lo, hi):
-    p1 = a_lo * b_lo
-    p2 = a_lo * b_hi
-    p3 = a_hi * b_lo
-    p4 = a_hi * b_hi
-    if p1 != p1 or p2 != p2 or p3 != p3 or p4 != p4:
-        lo[0] = -math.inf
-        hi[0] = math.inf
-    else:
-        lo[0] = _down(min(min(p1, p2), min(p3, p4)))
-        hi[0] = _up(max(max(p1, p2), max(p3, p4)))
-
-
-@numba.guvectorize(["void(f8[:], f8[:], f8[:], f8[:])"], "(n),(n)->(),()", cache=True)
-def sum_kernel(x_lo, x_hi, lo, hi):
-    n = x_lo.shape[0]
-    s_lo = 0.0
-    s_hi = 0.0
-    abs_lo = 0.0
-    abs_hi = 0.0
-    for k in range(n):
-        s_lo += x_lo[k]
-        s_hi += x_hi[k]
-        abs_lo += abs(x_lo[k])
-        abs_hi += abs(x_hi[k])
-    # NaN or inf in a margin makes that end NaN or infinite: the whole line on that side
-    lo[0] = _down(s_lo - 4.0 * n * U * abs_lo)
-    hi[0] = _up(s_hi + 4.0 * n * U * abs_hi)
+    @numba.guvectorize(["void(f8[:], f8[:], f8[:], f8[:])"], "(n),(n)->(),()", cache=True)
+    def sum_kernel(x_lo, x_hi, lo, hi):
+        n = x_lo.shape[0]
+        s_lo = 0.0
+        s_hi = 0.0
+        abs_lo = 0.0
+        abs_hi = 0.0
+        for k in range(n):
+            s_lo += x_lo[k]
+            s_hi += x_hi[k]
+            abs_lo += abs(x_lo[k])
+            abs_hi += abs(x_hi[k])
+        # NaN or inf in a margin makes that end NaN or infinite: the whole line on that side
+        lo[0] = _down(s_lo - 4.0 * n * U * abs_lo)
+        hi[0] = _up(s_hi + 4.0 * n * U * abs_hi)
 
 
 def sum_last_axes(x_lo: np.ndarray, x_hi: np.ndarray, axes: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
