@@ -16,7 +16,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import certify.lirpa as lirpa
-from certify import CertifyError, EpsBall, InvalidInputError
+from certify import CertifyError, EpsBall, InvalidInputError, save_layer
 from certify.attention import (
     AttentionWeights,
     DotProductMultiheadAttention,
@@ -24,7 +24,6 @@ from certify.attention import (
     UntiedL2MultiheadAttention,
     as_weights,
     attention,
-    save_layer,
 )
 from certify.adversarial import LOCAL_LOWER_SEARCH
 from certify.bounds import factorised_bound
