@@ -1,0 +1,141 @@
+"""Whole models (certify.model): importers reproduce torch and onnxruntime, errors name the node, certified local
+Lipschitz constants are never below attained values, and the `certify model` command's errors and JSON."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from certify import InvalidInputError
+from certify.experiments import DigitsTransformer
+from certify.model import forward, from_onnx, from_torch
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+
+class _NoCausal(torch.nn.Module):
+    """TransformerEncoderLayer traced with is_causal fixed (the tracer otherwise passes it as a tensor)."""
+
+    def __init__(self, layer: torch.nn.Module) -> None:
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer(x, src_mask=None, is_causal=False)
+
+
+def export(module: torch.nn.Module, x: torch.Tensor, path) -> str:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, (x,), str(path), dynamo=False, opset_version=17, input_names=["x"],
+                          output_names=["y"])
+    return str(path)
+
+
+def encoder_layer(norm_first: bool, activation: str, seed: int = 0, D: int = 12) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return torch.nn.TransformerEncoderLayer(D, 3, 2 * D, dropout=0.0, activation=activation, norm_first=norm_first,
+                                            batch_first=True).eval()
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_torch_encoder_import(norm_first, activation):
+    layer = encoder_layer(norm_first, activation)
+    encoder = torch.nn.TransformerEncoder(layer, 2, norm=torch.nn.LayerNorm(12), enable_nested_tensor=False).eval()
+    x = torch.randn(3, 5, 12)
+    for module in (layer, encoder):
+        model = from_torch(module, (5, 12))
+        with torch.no_grad():
+            assert torch.allclose(forward(model, x, torch.float32), module(x), atol=1e-5)
+            assert torch.allclose(forward(model, x.double()), module.double()(x.double()), atol=1e-12)
+        module.float()
+
+
+def test_torch_vision_import():
+    torch.manual_seed(1)
+    vit = DigitsTransformer(12, 3, 2).eval()
+    x = torch.rand(4, 8, 8)
+    with torch.no_grad():
+        assert torch.allclose(forward(from_torch(vit), x, torch.float32)[:, 0], vit(x), atol=1e-5)
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_onnx_encoder_matches_onnxruntime(tmp_path, norm_first, activation):
+    x = torch.randn(1, 5, 12)
+    path = export(_NoCausal(encoder_layer(norm_first, activation)), x, tmp_path / "enc.onnx")
+    model, shape = from_onnx(path)
+    reference = ort.InferenceSession(path).run(None, {"x": x.numpy()})[0]
+    assert shape == (5, 12)
+    out = forward(model, x[0], torch.float32).numpy().reshape(reference.shape)
+    assert np.abs(out - reference).max() <= 1e-5
+
+
+def test_onnx_vision_transformer_matches_onnxruntime(tmp_path):
+    torch.manual_seed(2)
+    vit = DigitsTransformer(12, 3, 2).eval()
+    path = export(vit, torch.rand(1, 8, 8), tmp_path / "vit.onnx")
+    model, shape = from_onnx(path)
+    session = ort.InferenceSession(path)
+    assert shape == (10,)
+    for seed in range(3):
+        x = torch.rand(1, 8, 8, generator=torch.Generator().manual_seed(seed))
+        reference = session.run(None, {"x": x.numpy()})[0]
+        assert np.abs(forward(model, x[0], torch.float32).numpy().reshape(1, 10) - reference).max() <= 1e-5
+    kinds = [type(b).__name__ for b in model.blocks]
+    assert kinds.count("Residual") == 4 and "LayerNorm" in kinds
+
+
+class _MeanPoolMLP(torch.nn.Module):
+    """Decomposed LayerNorm, BatchNorm1d, ReLU and mean pooling: the other supported operators."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(6, 8)
+        self.bn = torch.nn.BatchNorm1d(8)
+        self.out = torch.nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.lin(x)
+        mean = h.mean(-1, keepdim=True)
+        centred = h - mean
+        h = centred / torch.sqrt((centred ** 2).mean(-1, keepdim=True) + 1e-5) * 1.5 + 0.1
+        h = torch.relu(h).mean(1)
+        return self.out(self.bn(h))
+
+
+def test_onnx_decomposed_layer_norm_batch_norm_mean_pool(tmp_path):
+    torch.manual_seed(3)
+    module = _MeanPoolMLP().eval()
+    module.bn.running_mean.uniform_(-1, 1)
+    module.bn.running_var.uniform_(0.5, 2)
+    x = torch.randn(1, 4, 6)
+    path = export(module, x, tmp_path / "mlp.onnx")
+    model, _ = from_onnx(path)
+    reference = ort.InferenceSession(path).run(None, {"x": x.numpy()})[0]
+    assert np.abs(forward(model, x[0], torch.float32).numpy().reshape(reference.shape) - reference).max() <= 1e-5
+    kinds = {type(b).__name__ for b in model.blocks}
+    assert {"LayerNorm", "Pool"} <= kinds
+
+
+def test_unsupported_node_is_named(tmp_path):
+    class Tanh(torch.nn.Module):
+        def forward(self, x):
+            return torch.tanh(x @ torch.ones(4, 4))
+
+    path = export(Tanh(), torch.randn(1, 3, 4), tmp_path / "tanh.onnx")
+    with pytest.raises(InvalidInputError, match=r"op Tanh.*not supported"):
+        from_onnx(path)
+
+
+def test_unreadable_onnx(tmp_path):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"not a graph")
+    with pytest.raises(InvalidInputError, match="could not be read"):
+        from_onnx(bad)
