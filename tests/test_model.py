@@ -139,3 +139,49 @@ def test_unreadable_onnx(tmp_path):
     bad.write_bytes(b"not a graph")
     with pytest.raises(InvalidInputError, match="could not be read"):
         from_onnx(bad)
+
+
+# -- certified local Lipschitz constants ------------------------------------------------------------------------
+
+from certify.model import attained_lipschitz, certify_model  # noqa: E402
+
+
+@pytest.mark.parametrize("norm", ["inf", "2"])
+@pytest.mark.parametrize("seed", range(5))
+def test_attained_never_exceeds_certified(seed, norm):
+    """Soundness on tiny encoders (pre- and post-LN, ReLU and GELU): attained <= certified on the eps-ball."""
+    norm_first, activation = bool(seed % 2), ("relu", "gelu")[seed // 2 % 2]
+    torch.manual_seed(seed)
+    layer = torch.nn.TransformerEncoderLayer(6, 2, 8, dropout=0.0, activation=activation, norm_first=norm_first,
+                                             batch_first=True).eval()
+    model = from_torch(layer, (3, 6))
+    x0 = torch.randn(3, 6, generator=torch.Generator().manual_seed(100 + seed))
+    for eps in ((1e-3, 3e-2)[seed % 2],):
+        certified = certify_model(model, x0, eps, norm)
+        attained = attained_lipschitz(model, x0, eps, norm, restarts=2, steps=5, seed=seed)
+        assert certified.label == "certified" and attained.label == "estimate"
+        assert attained.value <= certified.value, (seed, norm, eps, attained.value, certified.value)
+        assert len(certified.factors) == len(model.blocks)
+
+
+def test_small_eps_is_tight_on_a_tiny_encoder():
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, activation="gelu", norm_first=True,
+                                             batch_first=True).eval()
+    model = from_torch(layer, (4, 8))
+    x0 = torch.randn(4, 8)
+    for norm in ("inf", "2"):
+        ratio = certify_model(model, x0, 1e-3, norm).value / attained_lipschitz(model, x0, 1e-3, norm).value
+        assert 1.0 <= ratio < 10.0
+
+
+def test_certify_model_rejects_bad_arguments():
+    model = from_torch(encoder_layer(True, "relu"), (5, 12))
+    with pytest.raises(InvalidInputError, match="shape"):
+        certify_model(model, torch.zeros(4, 12), 1e-3, "inf")
+    with pytest.raises(InvalidInputError, match="NaN"):
+        certify_model(model, torch.full((5, 12), float("nan")), 1e-3, "inf")
+    with pytest.raises(InvalidInputError, match="eps"):
+        certify_model(model, torch.zeros(5, 12), -1.0, "inf")
+    with pytest.raises(InvalidInputError, match="norm"):
+        certify_model(model, torch.zeros(5, 12), 1e-3, "1")

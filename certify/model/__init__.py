@@ -20,3 +20,10 @@ from ._blocks import (
 from ._forward import forward as forward
 from ._torch_import import from_torch as from_torch
 from ._onnx_import import SUPPORTED_OPS as SUPPORTED_OPS, from_onnx as from_onnx
+from ._certify import (
+    AttainedEstimate as AttainedEstimate,
+    BlockFactor as BlockFactor,
+    ModelCertificate as ModelCertificate,
+    attained_lipschitz as attained_lipschitz,
+    certify_model as certify_model,
+)
