@@ -185,3 +185,35 @@ def test_certify_model_rejects_bad_arguments():
         certify_model(model, torch.zeros(5, 12), -1.0, "inf")
     with pytest.raises(InvalidInputError, match="norm"):
         certify_model(model, torch.zeros(5, 12), 1e-3, "1")
+
+
+# -- the command line -------------------------------------------------------------------------------------------
+
+from certify.cli import main  # noqa: E402
+
+
+def test_cli_model_json(tmp_path, capsys):
+    x = torch.randn(1, 5, 12)
+    path = export(_NoCausal(encoder_layer(True, "relu")), x, tmp_path / "enc.onnx")
+    np.save(tmp_path / "x.npy", x[0].numpy())
+    out = tmp_path / "out.json"
+    assert main(["model", path, "--input", str(tmp_path / "x.npy"), "--eps", "1e-3", "--norm", "inf",
+                 "--json", str(out), "--quiet"]) == 0
+    data = json.loads(out.read_text())
+    assert data["certified"]["label"] == "certified" and data["attained"]["label"] == "estimate"
+    assert data["attained"]["value"] <= data["certified"]["value"]
+
+
+@pytest.mark.parametrize("case", ["unreadable", "shape", "nan", "suffix"])
+def test_cli_model_errors(tmp_path, capsys, case):
+    x = torch.randn(1, 5, 12)
+    path = export(_NoCausal(encoder_layer(True, "relu")), x, tmp_path / "enc.onnx")
+    inp = tmp_path / "x.npy"
+    np.save(inp, {"shape": np.zeros((4, 12)), "nan": np.full((5, 12), np.nan)}.get(case, x[0].numpy()))
+    if case == "unreadable":
+        (tmp_path / "bad.onnx").write_bytes(b"junk")
+        path = str(tmp_path / "bad.onnx")
+    if case == "suffix":
+        path = str(tmp_path / "model.txt")
+    assert main(["model", path, "--input", str(inp), "--eps", "1e-3", "--norm", "2", "--quiet"]) == 2
+    assert "certify model: error:" in capsys.readouterr().err
