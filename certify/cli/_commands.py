@@ -7,4 +7,5 @@ COMMANDS: tuple[str, ...] = (
     "_proofs",
     "_compare",
     "_tightness",
+    "_model",
 )

@@ -1,0 +1,29 @@
+"""Whole models as data (`Model`, a tuple of blocks), importers from torch and ONNX, and certified local Lipschitz
+constants of the whole model on an eps-ball (`certify_model`)."""
+
+from ._blocks import (
+    Activation as Activation,
+    AddConstant as AddConstant,
+    Attention as Attention,
+    ChannelAffine as ChannelAffine,
+    ClassToken as ClassToken,
+    FeedForward as FeedForward,
+    Gather as Gather,
+    LayerNorm as LayerNorm,
+    Linear as Linear,
+    Model as Model,
+    Pool as Pool,
+    Residual as Residual,
+    post_ln_block as post_ln_block,
+    pre_ln_block as pre_ln_block,
+)
+from ._forward import forward as forward
+from ._torch_import import from_torch as from_torch
+from ._onnx_import import SUPPORTED_OPS as SUPPORTED_OPS, from_onnx as from_onnx
+from ._certify import (
+    AttainedEstimate as AttainedEstimate,
+    BlockFactor as BlockFactor,
+    ModelCertificate as ModelCertificate,
+    attained_lipschitz as attained_lipschitz,
+    certify_model as certify_model,
+)
