@@ -9,6 +9,7 @@ from certify.interval._interval import exp as exp
 from certify.interval._interval import hull as hull
 from certify.interval._interval import inf_norm_upper as inf_norm_upper
 from certify.interval._interval import intersect as intersect
+from certify.interval._interval import interval_einsum as interval_einsum
 from certify.interval._interval import isum as isum
 from certify.interval._interval import linear_combination as linear_combination
 from certify.interval._interval import reciprocal as reciprocal

@@ -47,6 +47,7 @@ from ...sdp._floating import ETA, U, norm2_upper, up
 from ._domain import initial_box
 from ._dual import Dual
 from ._enclosure import _Weights, jacobian_enclosure, numpy_weights
+from ._slopes import dp_slopes
 
 BYTES_PER_ENTRY = 400
 """Peak bytes per entry of J (N^2 D^2 entries per box) of one Taylor evaluation, rounded up from tracemalloc
@@ -95,7 +96,7 @@ class TaylorEnclosure:
     direct: Interval
 
 
-SEEDS: tuple[str, ...] = ("directional", "coordinates", "layered")
+SEEDS: tuple[str, ...] = ("directional", "coordinates", "layered", "slopes")
 CUT_MAX = 256
 """For p = 2, the dense norm bounds of the cut enclosure (two more eigenvalue problems) only up to this N D."""
 COORDINATES_MAX = 96
@@ -130,7 +131,9 @@ def taylor_enclosure(box: Interval, centre: np.ndarray, w: _Weights, *, seeds: s
     "coordinates" (unit tangents, T = sum_m [-h_m, h_m] dJ/dX_m(B), in chunks of `chunk` coordinates: (N D)^3
     cost, but free of the dependency between the terms that share a coordinate, so its slope in eps is the exact
     one entrywise) or "layered" (DP, one box: `dp_layered_enclosure`; 4-5x tighter remainder than "directional"
-    on small layers, but slow: over 10 minutes at N = 17, D = 48 here). `remainder_scale` < 1 deliberately shrinks T (for tests that must catch a too-small
+    on small layers, but slow: over 10 minutes at N = 17, D = 48 here) or "slopes" (DP: T = [-S, S] with S the
+    coordinate slopes of J bounded from its building blocks, `_slopes.dp_slopes`: N^2 D^3 work per head, within
+    1.5x of the exact entrywise slope on trained layers). `remainder_scale` < 1 deliberately shrinks T (for tests that must catch a too-small
     remainder); it is never used by a certified bound.
     """
     if seeds not in SEEDS:
@@ -142,11 +145,19 @@ def taylor_enclosure(box: Interval, centre: np.ndarray, w: _Weights, *, seeds: s
         raise InvalidInputError("the Taylor centre must lie in the box")
     N, D = box.shape[-2:]
     batch = int(np.prod(box.shape[:-2]))
-    check_memory(N, D, batch * (1 if seeds == "directional" else max(1, chunk // 2)))
+    check_memory(N, D, batch * (1 if seeds in ("directional", "slopes") else max(1, chunk // 2)))
     if seeds == "directional":
         direction = Interval(round_down(box.lo - centre), round_up(box.hi - centre))
         dual = jacobian_enclosure(directional_seed(box, direction), w)
         remainder, direct = dual.t[..., 0], dual.v
+    elif seeds == "slopes":
+        if w.kind != "dp":
+            raise InvalidInputError("seeds='slopes' covers DP layers (the building blocks of the DP Jacobian)")
+        flat_lo, flat_hi = box.lo.reshape(-1, N, D), box.hi.reshape(-1, N, D)
+        flat_centre = centre.reshape(-1, N, D)
+        S = np.stack([dp_slopes(Interval(flat_lo[b], flat_hi[b]), flat_centre[b], w) for b in range(batch)])
+        S = S.reshape(*box.shape[:-2], N, D, N, D)
+        remainder, direct = Interval(-S, S), jacobian_enclosure(box, w)
     elif seeds == "layered":
         if w.kind != "dp" or box.lo.ndim != 2:
             raise InvalidInputError("seeds='layered' covers one box (N, D) of a DP layer")
@@ -219,10 +230,12 @@ def taylor_norm_bound(form: TaylorEnclosure, norm: str, centre_value: float | No
     return value
 
 
-def resolve_seeds(seeds: str, N: int, D: int) -> str:
-    """"auto": "coordinates" when N D <= COORDINATES_MAX, else "directional"."""
+def resolve_seeds(seeds: str, N: int, D: int, kind: str = "dp") -> str:
+    """"auto": "coordinates" when N D <= COORDINATES_MAX, else "slopes" for DP and "directional" for L2."""
     if seeds == "auto":
-        return "coordinates" if N * D <= COORDINATES_MAX else "directional"
+        if N * D <= COORDINATES_MAX:
+            return "coordinates"
+        return "slopes" if kind == "dp" else "directional"
     if seeds not in SEEDS:
         raise InvalidInputError(f"seeds must be 'auto' or one of {SEEDS}, got {seeds!r}")
     return seeds
@@ -231,7 +244,7 @@ def resolve_seeds(seeds: str, N: int, D: int) -> str:
 def taylor_box_bounds(boxes: Interval, w: _Weights, norm: str, seeds: str = "auto") -> tuple[np.ndarray, Interval]:
     """Per box (B, N, D): the Taylor bound about the box's midpoint, and the direct enclosure of J (B, N, D, N, D)."""
     centre = np.clip(0.5 * boxes.lo + 0.5 * boxes.hi, boxes.lo, boxes.hi)
-    form = taylor_enclosure(boxes, centre, w, seeds=resolve_seeds(seeds, *boxes.shape[-2:]))
+    form = taylor_enclosure(boxes, centre, w, seeds=resolve_seeds(seeds, *boxes.shape[-2:], w.kind))
     values = np.array([taylor_norm_bound(TaylorEnclosure(form.at_centre[b], form.remainder[b], form.direct[b]), norm)
                        for b in range(boxes.shape[0])])
     return values, form.direct
@@ -265,7 +278,7 @@ def taylor_bound(weights: AttentionWeights, N: int, norm: str = "2", domain: Dom
         X0 = domain.center.detach().to(torch.float64).cpu().numpy()
     else:
         X0 = np.zeros((N, D))
-    seeds = resolve_seeds(seeds, N, D)
+    seeds = resolve_seeds(seeds, N, D, nw.kind)
     form = taylor_enclosure(box, X0, nw, seeds=seeds)
     centre = MatrixEnclosure.from_bounds(*_matrix(form.at_centre))
     if norm == "2":

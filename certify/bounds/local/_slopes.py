@@ -1,0 +1,290 @@
+"""Coordinate slopes of the DP Jacobian over a box, from its building blocks (MATH.md section 7; issue 15).
+
+For a box B of inputs X (N x D), a point X0 in B and half-widths h_m >= |X_m - X0_m| (m = (t, r): token t,
+feature r), the mean-value theorem along the segment [X0, X] (inside B, a box is convex) gives, entry by entry,
+
+    |J(X) - J(X0)| <= S := sum_m h_m sup_{xi in B} |dJ/dX_m(xi)|        (proofs/taylor_remainder.py).
+
+S is the exact first-order slope as B shrinks to X0, so the Taylor form J(X0) + [-S, S] is asymptotically exact.
+Forming dJ/dX_m for every m costs (N D)^3; here S is bounded from the derivatives of the few small quantities J is
+built from (one head; sigma = 1/sqrt(d), k~_il = W_Q (k_l - kbar_i), v~_il = W_O^T (v_l - vbar_i), b_i = W_K q_i):
+
+    J_il[F, E] = P_il (W_V W_O)[E, F] + sigma P_il v~_il[F] b_i[E] + delta_il sigma A_i[E, F],
+    A_i = sum_l P_il k~_il v~_il^T                                   (`certify/jacobian/_dot_product.py`),
+
+whose coordinate derivatives have closed forms (derived in proofs/taylor_remainder.py's slope claims, checked
+against autodiff in tests/test_local_slopes.py), with M = W_K W_Q^T and WVO = W_V W_O:
+
+    d_{t,r} P_il     = sigma P_il [delta_it k~_il[r] + (delta_lt - P_it) b_i[r]],
+    d_{t,r} b_i[E]   = delta_it M[E, r],
+    d_{t,r} v~_il[F] = (delta_lt - P_it) WVO[r, F] - sigma [delta_it A_i[r, F] + b_i[r] P_it v~_it[F]],
+    d_{t,s} A_i[r,F] = delta_it sigma T_i[s, r, F] + P_it {sigma b_i[s] (k~_it[r] v~_it[F] - A_i[r, F])
+                                                         + M[s, r] v~_it[F] + k~_it[r] WVO[s, F]},
+    T_i[s, r, F]     = sum_l P_il k~_il[s] k~_il[r] v~_il[F].
+
+By the product rule, sum_m h_m |dJ_il[F, E]/dX_m| is at most (sums over heads)
+
+    S_P[i, l] |WVO[E, F] + sigma v~_il[F] b_i[E]| + sigma |P_il| S_v[i, l, F] |b_i[E]|
+        + sigma |P_il v~_il[F]| S_b[i, E] + delta_il sigma S_A[i, E, F],
+
+with S_Z = sum_m h_m |d_m Z| for each block Z. Every quantity is an interval enclosure over B (certify.interval,
+outward rounded), every |.| its magnitude, and every product and sum of the nonnegative bounds is rounded up.
+Work: N^2 D^2 per head, plus N^2 D^3 for S_A when `exact_diagonal` (else a separable bound, N^2 D^2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from ...interval import Interval, exp, intersect, interval_einsum, isum, reciprocal, round_down, round_up
+from ...sdp._floating import ETA, sum_up
+from ._enclosure import _Weights, clip01, const, point_einsum, token_differences
+
+EXACT_DIAGONAL_MAX = 3_000_000
+"""With exact_diagonal=None, the N D^3 (per token) form of S_A when N D^3 is at most this (else separable)."""
+
+
+def _mul(*factors: np.ndarray) -> np.ndarray:
+    """An upper bound on the exact product of nonnegative float arrays (each multiplication rounded up)."""
+    out = factors[0]
+    for f in factors[1:]:
+        out = round_up(out * f) + ETA
+    return out
+
+
+def _add(*terms: np.ndarray) -> np.ndarray:
+    """An upper bound on the exact sum of nonnegative float arrays."""
+    out = terms[0]
+    for t in terms[1:]:
+        out = round_up(out + t)
+    return out
+
+
+def _weighted(h: np.ndarray, mag: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    """sum over `axes` of h * mag (nonnegative, broadcast), rounded up."""
+    terms = _mul(h, mag)
+    if not np.all(np.isfinite(terms)):
+        return np.sum(terms, axis=axes)  # an unbounded enclosure stays unbounded
+    for axis in sorted(axes, reverse=True):
+        terms = sum_up(terms, axis=axis)
+    return terms
+
+
+def centred(P: Interval, differences: Interval) -> Interval:
+    """[i, l] = z_l - zbar_i = sum_k P_ik (z_l - z_k), from differences[l, k] = z_l - z_k (N, N, c)."""
+    return isum(P.expand(1).expand(-1) * differences.expand(0), 2)
+
+
+def head_blocks(box: Interval, centre: np.ndarray, h: np.ndarray, w: _Weights, head: int):
+    """One head's building blocks over the box: (P, k~, v~, b, M, WVO, A) (module docstring), as intervals.
+
+    Linear images of X use the composed weights (M = W_K W_Q^T, WVO = W_V W_O, enclosed once), so each is the
+    hull of a linear image of the box up to rounding. The scores L_ijk = s_ik - s_ij = sigma b_i . (x_k - x_j)
+    are the intersection of that direct form with the mean-value form about the centre,
+        |L_ijk(X) - L_ijk(X0)| <= sigma [sum_r h_ir |g_jk[r] + (delta_ik - delta_ij) b_i[r]|
+                                        + (1 - delta_ik) sum_r h_kr |b_i[r]| + (1 - delta_ij) sum_r h_jr |b_i[r]|],
+    g_jk = W_Q (k_k - k_j) (d L_ijk / d x_t[r] = sigma [delta_it g_jk[r] + (delta_tk - delta_tj) b_i[r]]); then
+    P_ij = 1 / sum_k exp(L_ijk) with L_ijj = 0 exactly.
+    """
+    N, D = box.shape
+    WQ, WK, WV, WO = w.W_Q[head], w.W_K[head], w.W_V[head], w.W_O[head]
+    sigma = const(1.0 / math.sqrt(w.d))
+    M = point_einsum("Ec,rc->Er", Interval.point(WK), WQ)  # M[E, r] = d b_i[E] / d x_i[r]
+    WVO = point_einsum("ra,aF->rF", Interval.point(WV), WO)
+    bias = None if w.b_Q is None else point_einsum("c,Ec->E", Interval.point(w.b_Q[head]), WK)
+
+    def b_of(X: Interval) -> Interval:
+        value = interval_einsum("iD,ED->iE", X, M)
+        return value if bias is None else value + bias
+
+    def scores(X: Interval, b: Interval) -> Interval:  # [i, j, k] = sigma b_i . (x_k - x_j)
+        return -(interval_einsum("iD,jkD->ijk", b, token_differences(X)) * sigma)
+
+    dX = token_differences(box)  # [j, k] = x_j - x_k
+    b = b_of(box)
+    g = -interval_einsum("jkD,Dr->jkr", dX, M)  # [j, k] = W_Q (k_k - k_j)
+    point = Interval(centre, centre)
+    L0 = scores(point, b_of(point))
+    eye = np.eye(N)
+    coefficient = Interval.point(eye[:, None, :] - eye[:, :, None])  # [i, j, k] = delta_ik - delta_ij
+    own = _weighted(h[:, None, None, :], (g.expand(0) + coefficient.expand(-1) * b.expand(1).expand(1)).mag, (3,))
+    hb = _weighted(h[None, :, :], b.mag[:, None, :], (2,))  # [i, t] = sum_r h_tr |b_i[r]|
+    spread = _add(own, _mul(1.0 - eye[:, None, :], hb[:, None, :]), _mul(1.0 - eye[:, :, None], hb[:, :, None]))
+    spread = _mul(np.full(1, sigma.hi.item()), spread)
+    L = intersect(scores(box, b), Interval(round_down(L0.lo - spread), round_up(L0.hi + spread)))
+    off_diagonal = ~np.eye(N, dtype=bool)[None]
+    L = Interval(np.where(off_diagonal, L.lo, 0.0), np.where(off_diagonal, L.hi, 0.0))
+    P = clip01(reciprocal(isum(exp(L), -1)))
+    k_tilde = centred(P, g.swapaxes(0, 1))  # [i, l] = sum_k P_ik W_Q (k_l - k_k)
+    v_tilde = centred(P, interval_einsum("lkD,DF->lkF", dX, WVO))  # [i, l] = W_O^T (v_l - vbar_i)
+    A = interval_einsum("il,ilr,ilF->irF", P, k_tilde, v_tilde)
+    return P, k_tilde, v_tilde, b, M, WVO, A
+
+
+@dataclasses.dataclass(frozen=True)
+class Blocks:
+    """One head's building blocks over a box (intervals) and their slopes S_Z = sum_m h_m sup |d_m Z| (floats)."""
+
+    P: Interval  # (N, N)
+    k_tilde: Interval  # (N, N, D): [i, l] = W_Q (k_l - kbar_i)
+    v_tilde: Interval  # (N, N, D): [i, l] = W_O^T (v_l - vbar_i)
+    b: Interval  # (N, D): W_K q_i
+    A: Interval  # (N, D, D): [i, r, F]
+    S_P: np.ndarray  # (N, N)
+    S_v: np.ndarray  # (N, N, D)
+    S_A: np.ndarray  # (N, D, D)
+    hb: np.ndarray  # (N, N): [i, t] = sum_r h_tr |b_i[r]|
+
+
+def _slopes(P: Interval, k_tilde: Interval, v_tilde: Interval, b: Interval, A: Interval, M: Interval,
+            WVO: Interval, sigma: Interval, h: np.ndarray, exact_diagonal: bool) -> Blocks:
+    """The slopes of P, v~ and A over the box from the blocks' enclosures (module docstring)."""
+    N, D = h.shape
+    s = sigma.hi.item()  # an upper bound on 1/sqrt(d), for the nonnegative products
+    eye = Interval.point(np.eye(N))
+    P_diagonal = Interval(np.diagonal(P.lo).copy(), np.diagonal(P.hi).copy())
+    # S_P[i, l] = sigma |P_il| (sum_r h_ir |k~_il[r] + (delta_il - P_ii) b_i[r]|
+    #                          + sum_{t != i} |delta_lt - P_it| sum_r h_tr |b_i[r]|)
+    own = k_tilde + (eye - P_diagonal.expand(-1)).expand(-1) * b.expand(-2)
+    first = _weighted(h[:, None, :], own.mag, (2,))
+    hb = _weighted(h[None, :, :], b.mag[:, None, :], (2,))  # [i, t]
+    coupling = (eye.expand(0) - P.expand(1)).mag * (1.0 - np.eye(N))[:, None, :]  # [i, l, t], zero at t = i
+    second = _weighted(coupling, hb[:, None, :], (2,))
+    S_P = _mul(np.full((N, N), s), P.mag, _add(first, second))
+    # S_v[i, l, F] = sum_t sum_r h_tr |U_it[r, F] + delta_lt WVO[r, F]|,
+    # U_it = -P_it WVO - sigma (delta_it A_i + b_i[r] P_it v~_it[F])
+    U = -(P.expand(-1).expand(-1) * WVO.expand(0).expand(0)) - (
+        eye.expand(-1).expand(-1) * A.expand(1) + b.expand(1).expand(-1) * (P.expand(-1) * v_tilde).expand(2)
+    ) * sigma
+    total = _weighted(h[None, :, :, None], U.mag, (1, 2))  # [i, F]
+    # the t = l term is |U_il + WVO| instead of |U_il|: add the (nonnegative part of the) difference
+    plus = _mul(h[None, :, :, None], (U + WVO.expand(0).expand(0)).mag)
+    minus = round_down(h[None, :, :, None] * U.mag)
+    correction = _weighted(np.ones(1), np.maximum(round_up(plus - minus), 0.0), (2,))  # [i, l, F]
+    S_v = _add(total[:, None, :], correction)
+    S_A = _diagonal_slope(P, k_tilde, v_tilde, b, A, M, WVO, sigma, h, hb, exact_diagonal)
+    return Blocks(P, k_tilde, v_tilde, b, A, S_P, S_v, S_A, hb)
+
+
+def _tighten(x: Interval, at_centre: Interval, slope: np.ndarray) -> Interval:
+    """x intersected with the mean-value form at_centre +- slope (both contain the block over the box)."""
+    return intersect(x, Interval(round_down(at_centre.lo - slope), round_up(at_centre.hi + slope)))
+
+
+def dp_slopes(box: Interval, centre: np.ndarray, w: _Weights, exact_diagonal: bool | None = None,
+              passes: int = 2) -> np.ndarray:
+    """S (N, D, N, D), nonnegative, with sum_m h_m |dJ[i, F, l, E]/dX_m(xi)| <= S[i, F, l, E] for every xi in the
+    box (N, D) of a DP layer, h_m = max(hi_m - centre_m, centre_m - lo_m) (module docstring).
+
+    passes: after each pass but the last, the enclosures of P, v~ and A over the box are intersected with their
+    mean-value forms Z(X0) +- S_Z (Z(X0) enclosed at the point), and the slopes are computed again from them."""
+    N, D = box.shape
+    centre = np.asarray(centre, dtype=np.float64)
+    if centre.shape != (N, D) or np.any(centre < box.lo) or np.any(centre > box.hi):
+        raise ValueError(f"the centre must be an ({N}, {D}) point of the box")
+    h = round_up(np.maximum(box.hi - centre, centre - box.lo))
+    if exact_diagonal is None:
+        exact_diagonal = N * D**3 <= EXACT_DIAGONAL_MAX
+    sigma = const(1.0 / math.sqrt(w.d))
+    s = sigma.hi.item()
+    point = Interval(centre, centre)
+    S = np.zeros((N, D, N, D))
+    for head in range(w.H):
+        P, k_tilde, v_tilde, b, M, WVO, A = head_blocks(box, centre, h, w, head)
+        blocks = _slopes(P, k_tilde, v_tilde, b, A, M, WVO, sigma, h, exact_diagonal)
+        if passes > 1:
+            P0, _, v0, _, _, _, A0 = head_blocks(point, centre, np.zeros_like(h), w, head)
+        for _ in range(passes - 1):
+            blocks = _slopes(_tighten(blocks.P, P0, blocks.S_P), k_tilde, _tighten(blocks.v_tilde, v0, blocks.S_v),
+                             b, _tighten(blocks.A, A0, blocks.S_A), M, WVO, sigma, h, exact_diagonal)
+        P, v_tilde, A, S_P, S_v, S_A = blocks.P, blocks.v_tilde, blocks.A, blocks.S_P, blocks.S_v, blocks.S_A
+        P_mag, b_mag = P.mag, b.mag
+        S_b = _weighted(h[:, None, :], M.mag[None], (2,))  # S_b[i, E] = sum_r h_ir |M[E, r]|
+        # assemble [i, F, l, E]
+        first_term = _mul(S_P[:, None, :, None], (WVO.swapaxes(0, 1).expand(0).expand(2)
+                                                  + (v_tilde.swapaxes(1, 2).expand(-1) * b.expand(1).expand(1))
+                                                  * sigma).mag)
+        second_term = _mul(np.full(1, s), P_mag[:, None, :, None], S_v.swapaxes(1, 2)[..., None], b_mag[:, None, None, :])
+        third_term = _mul(np.full(1, s), (P.expand(-1) * v_tilde).mag.swapaxes(1, 2)[..., None], S_b[:, None, None, :])
+        head_slope = _add(first_term, second_term, third_term)
+        if exact_diagonal:  # the product rule on P_il v~_il as one factor: often tighter; both bound the slope
+            S_Pv = _product_slope(P, k_tilde, v_tilde, b, A, WVO, sigma, h)
+            split = _add(_mul(S_P[:, None, :, None], WVO.mag.T[None, :, None, :]),
+                         _mul(np.full(1, s), S_Pv.swapaxes(1, 2)[..., None], b_mag[:, None, None, :]), third_term)
+            head_slope = np.minimum(head_slope, split)
+        index = np.arange(N)
+        head_slope[index, :, index, :] = _add(head_slope[index, :, index, :], _mul(np.full(1, s), S_A.swapaxes(1, 2)))
+        S = _add(S, head_slope)
+    return S
+
+
+def _product_slope(P: Interval, k_tilde: Interval, v_tilde: Interval, b: Interval, A: Interval, WVO: Interval,
+                   sigma: Interval, h: np.ndarray) -> np.ndarray:
+    """S_Pv[i, l, F] >= sum_{t, r} h_tr |d_{t,r} (P_il v~_il[F])| over the box, (N, N, D), from
+        d_{t,r} (P_il v~_il[F]) = P_il {delta_it sigma (k~_il[r] v~_il[F] - A_i[r, F])
+                                        + (delta_lt - P_it) (sigma b_i[r] v~_il[F] + WVO[r, F]) - sigma b_i[r] P_it v~_it[F]}
+    (the derivatives of P and v~ in the module docstring), per (i, l, t, r, F): N^3 D^2 work."""
+    N, D = h.shape
+    eye = Interval.point(np.eye(N))
+    out = np.empty((N, N, D))
+    for i in range(N):
+        own = (k_tilde[i].expand(-1) * v_tilde[i].expand(1) - A[i].expand(0)) * sigma  # [l, r, F], t = i
+        common = b[i].expand(0).expand(-1) * v_tilde[i].expand(1) * sigma + WVO.expand(0)  # [l, r, F]
+        coupling = eye - P[i].expand(0)  # [l, t] = delta_lt - P_it
+        other = (b[i].expand(0).expand(-1) * (P[i].expand(-1) * v_tilde[i]).expand(1)) * sigma  # [t, r, F]
+        inner = coupling.expand(-1).expand(-1) * common.expand(1) - other.expand(0)  # [l, t, r, F]
+        inner_i = inner[:, i] + own
+        mags = inner.mag
+        mags[:, i] = inner_i.mag
+        out[i] = _mul(P[i].mag[:, None], _weighted(h[None, :, :, None], mags, (1, 2)))
+    return out
+
+
+def _einsum_up(subscripts: str, *operands: np.ndarray) -> np.ndarray:
+    """An upper bound on einsum(subscripts, *operands) for nonnegative float operands: the float einsum of K terms
+    of p factors is within gamma_{K+p} relative of the exact sum, plus K (p + 1) 2^-1074 for underflow."""
+    inputs, output = subscripts.split("->")
+    sizes: dict[str, int] = {}
+    for names, x in zip(inputs.split(","), operands):
+        sizes.update(zip(names, x.shape))
+    K = int(np.prod([sizes[c] for c in sizes if c not in output])) if sizes else 1
+    n = 2 * (K + len(operands)) + 4
+    with np.errstate(under="ignore"):
+        value = np.einsum(subscripts, *operands, optimize=True)
+    return round_up(value * (1.0 + 2.0 * n * 2.0**-53)) + (K * (len(operands) + 1) + 1) * ETA
+
+
+def _diagonal_slope(P: Interval, k_tilde: Interval, v_tilde: Interval, b: Interval, A: Interval, M: Interval,
+                    WVO: Interval, sigma: Interval, h: np.ndarray, hb: np.ndarray, exact: bool) -> np.ndarray:
+    """S_A[i, r, F] >= sum_{t, s} h_ts |d_{t,s} A_i[r, F]| over the box (module docstring), (N, D, D).
+
+    exact: the sum of magnitudes of the whole derivative, per (i, t, s, r, F) (N^2 D^3 work); else the triangle
+    inequality over its four terms, each separable in (t, s) (N^2 D^2 work, plus N^2 D^2 for the T term)."""
+    N, D = h.shape
+    s = sigma.hi.item()
+    kv = k_tilde.expand(-1) * v_tilde.expand(-2)  # [i, t, r, F] = k~_it[r] v~_it[F]
+    if not exact:
+        h_k = _einsum_up("is,ils->il", h, k_tilde.mag)  # sum_s h_is |k~_il[s]|
+        T_part = _einsum_up("il,il,ilr,ilF->irF", P.mag, h_k, k_tilde.mag, v_tilde.mag)
+        h_M = _einsum_up("ts,sr->tr", h, M.mag)  # sum_s h_ts |M[s, r]|
+        h_W = _einsum_up("ts,sF->tF", h, WVO.mag)
+        scaled = _einsum_up("it,it,itrF->irF", P.mag, hb, (kv - A.expand(1)).mag)
+        rest = _add(_einsum_up("it,tr,itF->irF", P.mag, h_M, v_tilde.mag),
+                    _einsum_up("it,itr,tF->irF", P.mag, k_tilde.mag, h_W))
+        return _add(_mul(np.full(1, s), _add(T_part, scaled)), rest)
+    T = interval_einsum("il,ils,ilr,ilF->isrF", P, k_tilde, k_tilde, v_tilde)  # [i, s, r, F]
+    out = np.empty((N, D, D))
+    M_sr = M.expand(0).expand(-1)  # (1, s, r, 1): M[s, r] = d k~[r] / d k-input s
+    WVO_sF = WVO.expand(0).expand(2)  # (1, s, 1, F)
+    for i in range(N):
+        inner = ((kv[i].expand(1) - A[i].expand(0).expand(0)) * (b[i] * sigma).reshape(1, D, 1, 1)
+                 + M_sr * v_tilde[i].expand(1).expand(1) + k_tilde[i].expand(1).expand(-1) * WVO_sF)
+        derivative = P[i].reshape(N, 1, 1, 1) * inner  # [t, s, r, F]
+        own = derivative[i] + T[i] * sigma
+        mags = derivative.mag
+        mags[i] = own.mag
+        out[i] = _weighted(h[:, :, None, None], mags, (0, 1))
+    return out
