@@ -1,0 +1,154 @@
+"""Coordinate slopes of the DP Jacobian from its building blocks (certify/bounds/local/_slopes.py, issue 15).
+
+The slope S must bound sum_m h_m |dJ/dX_m| everywhere on the box: checked against the exact derivative at the
+centre (autograd through the closed-form Jacobian), against sampled differences J(X) - J(X0) over the box, and
+through the Taylor bound against attained norms; a 10% smaller S must be caught by a vertex that attains it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from problems import random_weights
+
+from certify._domain import EpsBall
+from certify.bounds.local._enclosure import numpy_weights
+from certify.bounds.local._slopes import dp_slopes
+from certify.bounds.local._taylor import taylor_bound
+from certify.interval import Interval
+from certify.jacobian import jacobian, jacobian_norm
+
+F64 = torch.float64
+
+
+def exact_slope(weights, X0: torch.Tensor) -> np.ndarray:
+    """sum_m |dJ/dX_m (X0)| (unit h), by autograd through the closed-form Jacobian: (N, D, N, D)."""
+    N, D = X0.shape
+    G = torch.autograd.functional.jacobian(lambda X: jacobian(X[None], weights)[0], X0)
+    return G.abs().sum((-1, -2)).numpy()
+
+
+@st.composite
+def biased_dp_layers(draw):
+    H, d = draw(st.integers(1, 2)), draw(st.integers(1, 3))
+    D = draw(st.integers(1, 5))
+    weights = random_weights("dp", H, d, D=D, scale=draw(st.floats(0.3, 3.0)), seed=draw(st.integers(0, 2**31 - 1)),
+                             bias=draw(st.booleans()))
+    N = draw(st.integers(1, 4))
+    X0 = torch.randn(N, D, generator=torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1))), dtype=F64)
+    return weights, X0 * draw(st.floats(0.1, 3.0))
+
+
+@settings(max_examples=30)
+@given(biased_dp_layers(), st.booleans())
+def test_slopes_bound_the_exact_derivative_at_the_centre(problem, exact_diagonal):
+    """On a box of half-width 1e-9, S / 1e-9 >= sum_m |dJ/dX_m (X0)| entrywise (the box barely moves J')."""
+    weights, X0 = problem
+    x0, eps = X0.numpy(), 1e-9
+    S = dp_slopes(Interval(x0 - eps, x0 + eps), x0, numpy_weights(weights), exact_diagonal=exact_diagonal) / eps
+    exact = exact_slope(weights, X0)
+    assert np.all(S >= exact * (1 - 1e-6) - 1e-9 * (1 + exact.max()))
+
+
+@settings(max_examples=20)
+@given(biased_dp_layers(), st.sampled_from([1e-3, 1e-2, 1e-1, 0.5]), st.booleans())
+def test_sampled_differences_stay_inside_the_slopes(problem, eps, exact_diagonal):
+    """|J(X) - J(X0)| <= S for X at random points and vertices of the box X0 +- eps (mean-value theorem)."""
+    weights, X0 = problem
+    x0 = X0.numpy()
+    S = dp_slopes(Interval(x0 - eps, x0 + eps), x0, numpy_weights(weights), exact_diagonal=exact_diagonal)
+    g = torch.Generator().manual_seed(0)
+    points = torch.cat([X0 + eps * (2 * torch.rand(16, *X0.shape, generator=g, dtype=F64) - 1),
+                        X0 + eps * torch.sign(torch.randn(16, *X0.shape, generator=g, dtype=F64))])
+    J0 = jacobian(X0[None], weights)[0].numpy()
+    J = jacobian(points, weights).numpy()
+    assert np.all(np.abs(J - J0) <= S + 1e-12 * (1 + np.abs(J0).max()))
+
+
+@settings(max_examples=15)
+@given(biased_dp_layers(), st.sampled_from([1e-3, 1e-2, 1e-1]), st.sampled_from(["2", "inf"]))
+def test_the_slopes_taylor_bound_is_above_every_attained_norm(problem, eps, norm):
+    weights, X0 = problem
+    cert = taylor_bound(weights, X0.shape[0], norm, EpsBall(X0, eps, "inf"), seeds="slopes")
+    g = torch.Generator().manual_seed(1)
+    points = torch.cat([X0[None], X0 + eps * torch.sign(torch.randn(16, *X0.shape, generator=g, dtype=F64))])
+    attained = jacobian_norm(jacobian(points, weights), norm).max().item()
+    assert cert.value >= attained * (1 - 1e-12)
+    assert cert.details["seeds"] == "slopes"
+
+
+def _caught(scale: float) -> bool:
+    """Whether a vertex X0 + eps sign(dJ_a/dX (X0)) leaves J_a(X0) +- scale S_a for one of the entries a where S is
+    closest to the exact slope (there S_a is within a few percent of what that vertex attains, to first order)."""
+    weights = random_weights("dp", 1, 2, scale=2.0, seed=5, bias=True)
+    X0 = torch.randn(3, weights.D, generator=torch.Generator().manual_seed(7), dtype=F64)
+    x0, eps = X0.numpy(), 1e-5
+    S = dp_slopes(Interval(x0 - eps, x0 + eps), x0, numpy_weights(weights)) * scale
+    n = X0.numel()
+    G = torch.autograd.functional.jacobian(lambda X: jacobian(X[None], weights)[0].reshape(n * n), X0).reshape(n * n, n)
+    exact = G.abs().sum(1).numpy() * eps
+    J0 = jacobian(X0[None], weights)[0].reshape(n * n).numpy()
+    closeness = np.where(exact > 1e-3 * exact.max(), S.reshape(n * n) / np.maximum(exact, 1e-300), np.inf)
+    for entry in np.argsort(closeness)[:10]:
+        for sign in (1.0, -1.0):
+            X = X0 + sign * eps * torch.sign(G[entry]).reshape(X0.shape)
+            change = abs(float(jacobian(X[None], weights)[0].reshape(n * n)[entry]) - J0[entry])
+            if change > S.reshape(n * n)[entry]:
+                return True
+    return False
+
+
+def test_a_ten_percent_too_small_slope_is_caught():
+    assert not _caught(1.0)
+    assert _caught(0.9)
+
+
+def test_the_slopes_bound_tends_to_the_norm_at_the_centre():
+    weights, N = random_weights("dp", 2, 2, scale=1.5, seed=3, bias=True), 4
+    X0 = torch.randn(N, weights.D, generator=torch.Generator().manual_seed(2), dtype=F64)
+    excess = [taylor_bound(weights, N, "2", EpsBall(X0, eps, "inf"), seeds="slopes").details["ratio"] - 1
+              for eps in (1e-3, 1e-4, 1e-5, 1e-7)]
+    assert all(e >= 0 for e in excess)
+    assert excess[-1] <= 1e-3
+    assert excess[1] <= excess[0] / 5 and excess[2] <= excess[1] / 5
+
+
+def test_a_centre_outside_the_box_is_refused():
+    weights = random_weights("dp", 1, 2, seed=0)
+    x0 = np.zeros((3, weights.D))
+    with pytest.raises(ValueError, match="centre"):
+        dp_slopes(Interval(x0, x0 + 1), x0 - 1, numpy_weights(weights))
+
+
+@settings(max_examples=20)
+@given(biased_dp_layers(), st.sampled_from([1e-2, 1e-1, 0.5, 2.0]))
+def test_the_building_blocks_enclose_their_values_over_the_box(problem, eps):
+    """P, W_Q (k_l - kbar_i), W_O^T (v_l - vbar_i), W_K q_i and A_i at sampled points and vertices of the box lie in
+    `head_blocks`' enclosures (the mean-value scores included)."""
+    from certify.bounds.local._slopes import head_blocks
+
+    weights, X0 = problem
+    x0, nw = X0.numpy(), numpy_weights(weights)
+    box = Interval(x0 - eps, x0 + eps)
+    h = np.full(x0.shape, eps)
+    rng = np.random.default_rng(0)
+    points = np.concatenate([x0 + eps * rng.uniform(-1, 1, (16, *x0.shape)),
+                             x0 + eps * np.sign(rng.normal(size=(16, *x0.shape)))])
+    for head in range(nw.H):
+        P, k_tilde, v_tilde, b, _, _, A = head_blocks(box, x0, h, nw, head)
+        for X in points:
+            q = X @ nw.W_Q[head] + (0 if nw.b_Q is None else nw.b_Q[head])
+            k, v = X @ nw.W_K[head], X @ nw.W_V[head]
+            scores = q @ k.T / np.sqrt(nw.d)
+            p = np.exp(scores - scores.max(1, keepdims=True))
+            p /= p.sum(1, keepdims=True)
+            kt = (k[None] - (p @ k)[:, None]) @ nw.W_Q[head].T
+            vt = (v[None] - (p @ v)[:, None]) @ nw.W_O[head]
+            values = {"P": (P, p), "k~": (k_tilde, kt), "v~": (v_tilde, vt), "b": (b, q @ nw.W_K[head].T),
+                      "A": (A, np.einsum("il,ilr,ilF->irF", p, kt, vt))}
+            for name, (enclosure, value) in values.items():
+                slack = 1e-12 * (1 + np.abs(value).max())
+                assert np.all(enclosure.lo - slack <= value) and np.all(value <= enclosure.hi + slack), name
