@@ -17,6 +17,9 @@ Known blind spots (slips the proofs do not catch), with the reason:
   certify.bounds.
 - Tables of certified constants (certify/data/universal_constants.json): they rest on the global branch and bound,
   which proofs/ checks only through its tail, split and third-order bounds.
+- The interval enclosures of the coordinate slopes (certify/bounds/local/_slopes.py): proofs/slopes_derivatives.py
+  proves the closed-form derivatives they are built from (its own statement of them is mutated below), not the
+  interval code; tests/test_local_slopes.py checks the enclosures against autodiff.
 """
 
 from __future__ import annotations
@@ -108,6 +111,16 @@ def _core_derivative() -> tuple[Status, str]:
     from proofs.l2_factorisation import check_core_derivative
 
     return check_core_derivative(2, 1)
+
+
+def _slopes(part: str) -> Check:
+    def check() -> tuple[Status, str]:
+        from proofs.slopes_derivatives import check_part
+
+        return check_part(part, sizes=((2, 2, 1), (3, 1, 1)))
+
+    check.__name__ = f"slopes_{part}"
+    return check
 
 
 def _module_prove(name: str) -> Check:
@@ -213,6 +226,12 @@ MUTATIONS = [
              "cov = sp.Rational(1, 2) * sum(", "cov = sum(", _hessian),
     Mutation("tail proof's reference formula: 10W for 12W", "proofs.tail_bound", "_code_formula_matches",
              "K = 3 + 12 * W", "K = 3 + 10 * W", _tail_formula),
+    Mutation("slopes (c): delta_lt dropped in d v~_il", "proofs.slopes_derivatives", "dv_formula",
+             "(delta(l, t) - h.P[i][t])", "(0 - h.P[i][t])", _slopes("c")),
+    Mutation("slopes (d): M[r, s] for M[s, r] in d A_i", "proofs.slopes_derivatives", "dA_formula",
+             "h.M[s][r] * h.vt[i][t][F]", "h.M[r][s] * h.vt[i][t][F]", _slopes("d")),
+    Mutation("slopes (f): the -sigma b_i[r] P_it v~_it term dropped", "proofs.slopes_derivatives", "product_formula",
+             "- h.sigma * h.b[i][r] * h.P[i][t] * h.vt[i][t][F]", "", _slopes("f")),
 ]
 
 

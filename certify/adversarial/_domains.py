@@ -16,12 +16,17 @@ def project(X: torch.Tensor, domain: Domain) -> torch.Tensor:
         norms = X.norm(dim=-1, keepdim=True)
         return X * torch.clamp(domain.radius / norms.clamp_min(1e-300), max=1.0)
     if isinstance(domain, EpsBall):
+        # radii shrunk by the rounding of center + delta (and of the norm), so that the exact X - X0 is inside
         center = domain.center.to(X)
         delta = X - center
+        u = torch.finfo(X.dtype).eps / 2
         if domain.p == "inf":
-            return center + delta.clamp(-domain.eps, domain.eps)
+            limit = (domain.eps - 4 * u * (center.abs() + domain.eps)).clamp_min(0.0)
+            return center + torch.maximum(torch.minimum(delta, limit), -limit)
+        n = center.numel()
+        radius = max(domain.eps * (1 - (n + 8) * u) - 4 * u * (float(center.norm()) + domain.eps), 0.0)
         norms = delta.flatten(1).norm(dim=1).clamp_min(1e-300)[:, None, None]
-        return center + delta * torch.clamp(domain.eps / norms, max=1.0)
+        return center + delta * torch.clamp(radius / norms, max=1.0)
     return X
 
 

@@ -35,6 +35,8 @@ from ..attention import AttentionWeights, attention_forward, check_tokens
 from ..jacobian import check_norm
 from ._attained import DENSE_LIMIT, DENSE_TIMED_LIMIT, attained_norm
 from ._clusters import cluster_norm, expand, round_multiplicities
+from ._eps_ball import applies as eps_ball_applies
+from ._eps_ball import eps_ball_ascent
 from ._domains import cpu64, natural_scale, project, starting_points, symmetric
 from ._objectives import PowerIteration, dense_norm, row_inf_norm
 from ._starts import castin_starts, directions, lemma_starts
@@ -45,6 +47,7 @@ CLUSTER_SIZES = (2, 3, 4, 6)
 CLUSTER_MAX_COORDINATES = 1024  # K D above this: the reduced K D x K D SVD per step is too slow for a search
 STEP_SHARE = 0.02  # with a budget, the free-phase batch is sized so that one step takes about this share of it
 MIN_STEP_SECONDS = 0.05  # ... but never below this (small sizes are overhead-bound: batching is nearly free)
+ASCENT_SHARE = 0.4  # on a dense-affordable eps-ball, this share of the budget goes to `eps_ball_ascent` first
 POLISH_STEPS = 2  # the polish runs this many times ``steps`` (its share of the budget is 45% of the search)
 FINAL_SHARE = 0.05  # at least this share of the budget is kept for the float64 recomputation at the witness
 Objective = Callable[[torch.Tensor], torch.Tensor]
@@ -315,6 +318,10 @@ def lower_bound(weights: AttentionWeights, N: int, norm: str, domain: Domain = G
             raise InvalidInputError(f"starts must be finite, of shape (B, {N}, {weights.D}) or ({N}, {weights.D}), "
                                     f"got {tuple(given.shape)}")
         extra = list(given)
+    ascent = None
+    if isinstance(domain, EpsBall) and seconds is not None and N * weights.D > 1 and eps_ball_applies(N, weights.D):
+        ascent = eps_ball_ascent(weights, domain, norm, ASCENT_SHARE * seconds, seed=seed)
+        extra.insert(0, ascent[1])  # its best point seeds the search below, which gets the rest of the budget
     _warm_up()  # a one-off import cost (counted in the budget: the clock started on entry)
     device = default_device() if device is None else torch.device(device)
     w64 = cpu64(weights)
@@ -420,6 +427,15 @@ def lower_bound(weights: AttentionWeights, N: int, norm: str, domain: Domain = G
     witness = best.X.to(device="cpu", dtype=torch.float64)
     left = None if seconds is None else max(seconds - (time.perf_counter() - begin), 0.0)
     value, how = attained_norm(witness, w64, norm, seconds=left, v0=best.v)
+    if isinstance(domain, EpsBall):  # the data point itself is in the domain: never report less than its norm
+        centre = domain.center.detach().to(device="cpu", dtype=torch.float64)
+        left = None if seconds is None else max(seconds - (time.perf_counter() - begin), 0.0)
+        centre_value, centre_how = attained_norm(centre, w64, norm, seconds=left)
+        if centre_value > value:
+            witness, value, how, best.phase = centre, centre_value, centre_how, "the eps-ball's centre"
+    if ascent is not None and ascent[0] > value:
+        witness, value, best.phase = ascent[1], ascent[0], "eps-ball ascent"
+        how = "at the eps-ball ascent's best point: " + ("exact largest row sum" if norm == "inf" else "||J v|| for a unit v (<= ||J||_2)") + " of the closed-form Jacobian, float64"
     return Certificate(
         value=value, kind="lower", certified=False, method="adversarial", scope=domain.scope, norm=norm,
         seconds=time.perf_counter() - begin,

@@ -2,8 +2,9 @@
 
 `_search` is the branch and bound (`local_bound`); `_domain` covers Ball(R) and eps-balls by boxes; `_enclosure`
 (with forward-mode `_dual`) encloses J over a box entrywise; `_structured` bounds ||J|| on a box from the norms of
-its parts; `_taylor` is the first-order Taylor form about a point (also the `taylor` method); `_vertex` the
-first-order form maximised over a small box's vertices.
+its parts; `_taylor` is the first-order Taylor form about a point (also the `taylor` method), whose remainder
+`_slopes` bounds for DP layers from the building blocks of J; `_vertex` the first-order form maximised over a small
+box's vertices.
 """
 
 from ._enclosure import (
