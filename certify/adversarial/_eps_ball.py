@@ -27,8 +27,10 @@ from ..attention import AttentionWeights
 from ..jacobian import jacobian
 from ._domains import project
 
-DENSE_ENTRIES = 16 * 2**20
-"""The ascent forms J (N D)^2 entries per restart; it applies when (N D)^2 is at most this."""
+DENSE_ENTRIES = 32 * 2**20
+"""The ascent forms J, (N D)^2 entries per restart: it applies when (N D)^2 is at most this (256 MiB in float64),
+and runs at most BATCH_ENTRIES / (N D)^2 restarts at once (memory: a few times the batch of Jacobians)."""
+BATCH_ENTRIES = 64 * 2**20
 
 
 def applies(N: int, D: int) -> bool:
@@ -50,6 +52,7 @@ def eps_ball_ascent(weights: AttentionWeights, domain: EpsBall, norm: str, secon
     N, D = X0.shape
     n = N * D
     generator = torch.Generator().manual_seed(seed)
+    restarts = max(1, min(restarts, BATCH_ENTRIES // (n * n)))
     J0 = jacobian(X0[None], w)[0].reshape(n, n)
     if norm == "inf":
         row_sums = J0.abs().sum(1)

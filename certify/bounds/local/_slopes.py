@@ -29,7 +29,8 @@ By the product rule, sum_m h_m |dJ_il[F, E]/dX_m| is at most (sums over heads)
 
 with S_Z = sum_m h_m |d_m Z| for each block Z. Every quantity is an interval enclosure over B (certify.interval,
 outward rounded), every |.| its magnitude, and every product and sum of the nonnegative bounds is rounded up.
-Work: N^2 D^2 per head, plus N^2 D^3 for S_A when `exact_diagonal` (else a separable bound, N^2 D^2).
+Work per head: N^2 D^2 for most blocks, N^3 D^2 for the product rule on P_il v~_il, plus N^2 D^3 for S_A when
+`exact_diagonal` (else a separable bound, N^2 D^2).
 """
 
 from __future__ import annotations
@@ -210,11 +211,11 @@ def dp_slopes(box: Interval, centre: np.ndarray, w: _Weights, exact_diagonal: bo
         second_term = _mul(np.full(1, s), P_mag[:, None, :, None], S_v.swapaxes(1, 2)[..., None], b_mag[:, None, None, :])
         third_term = _mul(np.full(1, s), (P.expand(-1) * v_tilde).mag.swapaxes(1, 2)[..., None], S_b[:, None, None, :])
         head_slope = _add(first_term, second_term, third_term)
-        if exact_diagonal:  # the product rule on P_il v~_il as one factor: often tighter; both bound the slope
-            S_Pv = _product_slope(P, k_tilde, v_tilde, b, A, WVO, sigma, h)
-            split = _add(_mul(S_P[:, None, :, None], WVO.mag.T[None, :, None, :]),
-                         _mul(np.full(1, s), S_Pv.swapaxes(1, 2)[..., None], b_mag[:, None, None, :]), third_term)
-            head_slope = np.minimum(head_slope, split)
+        # the product rule on P_il v~_il as one factor (N^3 D^2 work): often tighter; both bound the slope
+        S_Pv = _product_slope(P, k_tilde, v_tilde, b, A, WVO, sigma, h)
+        split = _add(_mul(S_P[:, None, :, None], WVO.mag.T[None, :, None, :]),
+                     _mul(np.full(1, s), S_Pv.swapaxes(1, 2)[..., None], b_mag[:, None, None, :]), third_term)
+        head_slope = np.minimum(head_slope, split)
         index = np.arange(N)
         head_slope[index, :, index, :] = _add(head_slope[index, :, index, :], _mul(np.full(1, s), S_A.swapaxes(1, 2)))
         S = _add(S, head_slope)
