@@ -194,3 +194,16 @@ def test_bad_input_is_rejected():
     box = Interval(np.zeros((2, 2)), np.ones((2, 2)))
     with pytest.raises(CertifyError, match="centre must lie in the box"):
         taylor_enclosure(box, np.full((2, 2), 2.0), numpy_weights(weights))
+
+
+def test_the_nonnegative_norm_bound_survives_overflow_and_underflow():
+    """R^T R x overflowed for entries near 1e200 (the demo's warnings): the bound must stay a finite upper bound, and
+    subnormal entries must not turn it into 0."""
+    from certify.bounds.local._taylor import nonnegative_norm2_upper
+
+    R = np.abs(np.random.default_rng(0).normal(size=(30, 30)))
+    exact = np.linalg.norm(R, 2)
+    for scale in (1e200, 1e-310):
+        value = nonnegative_norm2_upper(R * scale)
+        assert exact * scale <= value <= exact * scale * (1 + 1e-6)
+    assert nonnegative_norm2_upper(R * 1e307) == np.inf or nonnegative_norm2_upper(R * 1e307) >= exact * 1e307

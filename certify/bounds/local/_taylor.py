@@ -188,6 +188,20 @@ def nonnegative_norm2_upper(R: np.ndarray, iterations: int = 30) -> float:
         return 0.0
     if np.any(R < 0) or not np.all(np.isfinite(R)):
         raise ValueError("nonnegative_norm2_upper needs a finite nonnegative matrix")
+    # scale by an exact power of two to a largest entry in [1/2, 1), so that R^T R x cannot overflow; entries that
+    # become subnormal are rounded by at most eta / 2, which adding eta covers; the bound is scaled back exactly
+    exponent = math.frexp(float(R.max()))[1]
+    with np.errstate(under="ignore"):
+        R = np.ldexp(R, -exponent) + ETA
+    value = _scaled_norm2_upper(R, iterations)
+    if not math.isfinite(value):
+        return math.inf
+    with np.errstate(over="ignore"):
+        return float(up(np.ldexp(value, exponent)))  # inf on overflow: still an upper bound
+
+
+def _scaled_norm2_upper(R: np.ndarray, iterations: int) -> float:
+    """`nonnegative_norm2_upper` for a positive matrix with entries below 1."""
     x = np.ones(R.shape[1])
     for _ in range(iterations):
         y = R.T @ (R @ x)
