@@ -207,3 +207,37 @@ def test_the_nonnegative_norm_bound_survives_overflow_and_underflow():
         value = nonnegative_norm2_upper(R * scale)
         assert exact * scale <= value <= exact * scale * (1 + 1e-6)
     assert nonnegative_norm2_upper(R * 1e307) == np.inf or nonnegative_norm2_upper(R * 1e307) >= exact * 1e307
+
+
+@settings(max_examples=15)
+@given(st.integers(0, 2**31 - 1), st.sampled_from([1e-200, 1.0, 1e150]), st.integers(1, 40))
+def test_the_large_size_centre_norm_is_a_tight_upper_bound(seed, scale, rank):
+    """Above DENSE_NORM_MAX the centre's 2-norm comes from the Gram matrix and a Cholesky check (no eigensolver):
+    it must be >= the exact norm, and within 1% of it."""
+    import certify.bounds.local._taylor as taylor
+
+    rng = np.random.default_rng(seed)
+    C = scale * (rng.normal(size=(60, rank)) @ rng.normal(size=(rank, 60)))
+    exact = np.linalg.norm(C, 2)
+    original = taylor.DENSE_NORM_MAX
+    try:
+        taylor.DENSE_NORM_MAX = 10
+        value = taylor.centre_norm2_upper(C)
+    finally:
+        taylor.DENSE_NORM_MAX = original
+    assert exact <= value <= exact * 1.01 + 1e-300
+
+
+def test_the_slopes_taylor_bound_without_dense_norms_is_above_the_attained(monkeypatch):
+    """The large-size path (no dense eigenvalue problem, no direct enclosure) on a small layer, forced."""
+    import certify.bounds.local._taylor as taylor
+
+    monkeypatch.setattr(taylor, "DENSE_NORM_MAX", 4)
+    weights = random_weights("dp", 2, 2, scale=1.5, seed=3, bias=True)
+    X0 = torch.randn(6, weights.D, generator=torch.Generator().manual_seed(2), dtype=F64)
+    for norm in ("2", "inf"):
+        cert = taylor_bound(weights, 6, norm, EpsBall(X0, 1e-2, "inf"), seeds="slopes")
+        points = X0 + 1e-2 * torch.sign(torch.randn(16, *X0.shape, generator=torch.Generator().manual_seed(0),
+                                                    dtype=F64))
+        attained = jacobian_norm(jacobian(torch.cat([X0[None], points]), weights), norm).max().item()
+        assert cert.value >= attained

@@ -24,7 +24,7 @@ from .._result import Certificate
 from ..attention import AttentionWeights
 from ._branch_and_bound import branch_and_bound, global_bnb_applies
 from .closed_form import castin_bound, factorised_bound, paper_bound
-from .local import MEMORY_LIMIT, memory_estimate, taylor_bound
+from .local import MEMORY_LIMIT, memory_estimate, resolve_seeds, taylor_bound
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,4 +80,5 @@ register(Method("taylor", ("dp", "l2"), (EpsBall,),
                 lambda w, N, norm, domain, **_: taylor_bound(w, N, norm, domain),
                 "first-order Taylor form of J about the centre: ||J(X0)|| plus a certified remainder, exact as "
                 "eps -> 0 (proofs/taylor_remainder.py); on a Ball(R) the branch and bound uses it per box",
-                extra=lambda w, N, domain: memory_estimate(N, w.D) <= MEMORY_LIMIT))
+                extra=lambda w, N, domain: memory_estimate(
+                    N, w.D, seeds=resolve_seeds("auto", N, w.D, w.kind)) <= MEMORY_LIMIT))

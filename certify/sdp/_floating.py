@@ -66,7 +66,7 @@ def _cholesky_ok(B: np.ndarray) -> bool:
     return bool(np.all(np.isfinite(R)))
 
 
-def lambda_min_lower(S: np.ndarray, *, attempts: int = 8) -> float:
+def lambda_min_lower(S: np.ndarray, *, attempts: int = 8, guess: float | None = None) -> float:
     """A proven lower bound on lambda_min(S) for a symmetric float64 matrix S (n x n).
 
     Guess: lambda = eigvalsh(S)[0] (LAPACK, no guarantee). Check: for shifts s = -lambda + delta with growing delta,
@@ -101,7 +101,8 @@ def lambda_min_lower(S: np.ndarray, *, attempts: int = 8) -> float:
         return 0.0
     with np.errstate(over="ignore"):
         scale = max(float(np.linalg.norm(S, "fro")), 1e-300)
-    guess = float(np.linalg.eigvalsh(S)[0])
+    if guess is None:  # (a caller may pass an estimate instead, e.g. from power iteration; only the check proves)
+        guess = float(np.linalg.eigvalsh(S)[0])
     g = gamma(n + 1)
     factor = up(g / (1.0 - g))
     delta = 4.0 * n * U * scale

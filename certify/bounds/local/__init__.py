@@ -16,3 +16,4 @@ from ._enclosure import (
 )
 from ._search import LowerSearch as LowerSearch, local_bound as local_bound
 from ._taylor import MEMORY_LIMIT as MEMORY_LIMIT, memory_estimate as memory_estimate, taylor_bound as taylor_bound
+from ._taylor import resolve_seeds as resolve_seeds

@@ -44,6 +44,8 @@ from ...interval import Interval, exp, intersect, interval_einsum, isum, recipro
 from ...sdp._floating import ETA, sum_up
 from ._enclosure import _Weights, clip01, const, point_einsum, token_differences
 
+PRODUCT_RULE_MAX = 100_000_000
+"""With product_rule=None, the product rule on P_il v~_il (N^3 D^2 work per head) when N^3 D^2 is at most this."""
 EXACT_DIAGONAL_MAX = 3_000_000
 """With exact_diagonal=None, the N D^3 (per token) form of S_A when N D^3 is at most this (else separable)."""
 
@@ -176,7 +178,7 @@ def _tighten(x: Interval, at_centre: Interval, slope: np.ndarray) -> Interval:
 
 
 def dp_slopes(box: Interval, centre: np.ndarray, w: _Weights, exact_diagonal: bool | None = None,
-              passes: int = 2) -> np.ndarray:
+              passes: int = 2, product_rule: bool | None = None) -> np.ndarray:
     """S (N, D, N, D), nonnegative, with sum_m h_m |dJ[i, F, l, E]/dX_m(xi)| <= S[i, F, l, E] for every xi in the
     box (N, D) of a DP layer, h_m = max(hi_m - centre_m, centre_m - lo_m) (module docstring).
 
@@ -189,6 +191,8 @@ def dp_slopes(box: Interval, centre: np.ndarray, w: _Weights, exact_diagonal: bo
     h = round_up(np.maximum(box.hi - centre, centre - box.lo))
     if exact_diagonal is None:
         exact_diagonal = N * D**3 <= EXACT_DIAGONAL_MAX
+    if product_rule is None:
+        product_rule = N**3 * D**2 <= PRODUCT_RULE_MAX
     sigma = const(1.0 / math.sqrt(w.d))
     s = sigma.hi.item()
     point = Interval(centre, centre)
@@ -212,10 +216,11 @@ def dp_slopes(box: Interval, centre: np.ndarray, w: _Weights, exact_diagonal: bo
         third_term = _mul(np.full(1, s), (P.expand(-1) * v_tilde).mag.swapaxes(1, 2)[..., None], S_b[:, None, None, :])
         head_slope = _add(first_term, second_term, third_term)
         # the product rule on P_il v~_il as one factor (N^3 D^2 work): often tighter; both bound the slope
-        S_Pv = _product_slope(P, k_tilde, v_tilde, b, A, WVO, sigma, h)
-        split = _add(_mul(S_P[:, None, :, None], WVO.mag.T[None, :, None, :]),
-                     _mul(np.full(1, s), S_Pv.swapaxes(1, 2)[..., None], b_mag[:, None, None, :]), third_term)
-        head_slope = np.minimum(head_slope, split)
+        if product_rule:
+            S_Pv = _product_slope(P, k_tilde, v_tilde, b, A, WVO, sigma, h)
+            split = _add(_mul(S_P[:, None, :, None], WVO.mag.T[None, :, None, :]),
+                         _mul(np.full(1, s), S_Pv.swapaxes(1, 2)[..., None], b_mag[:, None, None, :]), third_term)
+            head_slope = np.minimum(head_slope, split)
         index = np.arange(N)
         head_slope[index, :, index, :] = _add(head_slope[index, :, index, :], _mul(np.full(1, s), S_A.swapaxes(1, 2)))
         S = _add(S, head_slope)

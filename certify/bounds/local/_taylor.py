@@ -43,7 +43,7 @@ from ...attention import AttentionWeights, check_tokens
 from ...interval import Interval, intersect, isum, round_down, round_up
 from ...jacobian import check_norm, jacobian, jacobian_norm
 from ...sdp import MatrixEnclosure, baseline_bound, inf_norm_bound
-from ...sdp._floating import ETA, U, norm2_upper, up
+from ...sdp._floating import ETA, U, gamma, lambda_min_lower, norm2_upper, up
 from ._domain import initial_box
 from ._dual import Dual
 from ._enclosure import _Weights, jacobian_enclosure, numpy_weights
@@ -56,15 +56,25 @@ measurements (benchmarks/local_taylor.py prints the measured peak)."""
 MEMORY_LIMIT = 4 * 2**30
 """Refuse a Taylor evaluation whose estimated peak exceeds this (bytes)."""
 
+SLOPES_BYTES_PER_ENTRY = 200
+"""Peak bytes per entry of J of one Taylor evaluation with seeds "slopes" (no tangent axis), rounded up from
+tracemalloc measurements at D = 64, 128 and 256, N = 17 (153-164 B)."""
 
-def memory_estimate(N: int, D: int, boxes: int = 1) -> int:
-    """Estimated peak bytes of `taylor_enclosure` on `boxes` boxes of N x D inputs: BYTES_PER_ENTRY (N D)^2 per box."""
-    return int(BYTES_PER_ENTRY * (N * D) ** 2 * boxes)
+DENSE_NORM_MAX = 2048
+"""Above this N D, the 2-norm of the centre's enclosure is bounded without a dense eigenvalue problem
+(min of || |c| ||_2 and sqrt(||c||_1 ||c||_inf)), and the direct enclosure of J over the box is skipped."""
 
 
-def check_memory(N: int, D: int, boxes: int = 1, limit: int = MEMORY_LIMIT) -> None:
+def memory_estimate(N: int, D: int, boxes: int = 1, seeds: str = "directional") -> int:
+    """Estimated peak bytes of `taylor_enclosure` on `boxes` boxes of N x D inputs: BYTES_PER_ENTRY (N D)^2 per box
+    (SLOPES_BYTES_PER_ENTRY for seeds "slopes")."""
+    per_entry = SLOPES_BYTES_PER_ENTRY if seeds == "slopes" else BYTES_PER_ENTRY
+    return int(per_entry * (N * D) ** 2 * boxes)
+
+
+def check_memory(N: int, D: int, boxes: int = 1, limit: int = MEMORY_LIMIT, seeds: str = "directional") -> None:
     """Raise InvalidInputError, naming the size, when the estimated peak exceeds `limit` bytes."""
-    need = memory_estimate(N, D, boxes)
+    need = memory_estimate(N, D, boxes, seeds)
     if need > limit:
         raise InvalidInputError(
             f"the Taylor bound materialises J as (N, D, N, D) = ({N}, {D}, {N}, {D}) intervals per box: about "
@@ -145,7 +155,7 @@ def taylor_enclosure(box: Interval, centre: np.ndarray, w: _Weights, *, seeds: s
         raise InvalidInputError("the Taylor centre must lie in the box")
     N, D = box.shape[-2:]
     batch = int(np.prod(box.shape[:-2]))
-    check_memory(N, D, batch * (1 if seeds in ("directional", "slopes") else max(1, chunk // 2)))
+    check_memory(N, D, batch * (1 if seeds in ("directional", "slopes") else max(1, chunk // 2)), seeds=seeds)
     if seeds == "directional":
         direction = Interval(round_down(box.lo - centre), round_up(box.hi - centre))
         dual = jacobian_enclosure(directional_seed(box, direction), w)
@@ -157,7 +167,11 @@ def taylor_enclosure(box: Interval, centre: np.ndarray, w: _Weights, *, seeds: s
         flat_centre = centre.reshape(-1, N, D)
         S = np.stack([dp_slopes(Interval(flat_lo[b], flat_hi[b]), flat_centre[b], w) for b in range(batch)])
         S = S.reshape(*box.shape[:-2], N, D, N, D)
-        remainder, direct = Interval(-S, S), jacobian_enclosure(box, w)
+        if N * D <= DENSE_NORM_MAX:
+            direct = jacobian_enclosure(box, w)
+        else:  # no direct enclosure at this size (memory); intersecting with the whole line changes nothing
+            direct = Interval(np.full(S.shape, -np.inf), np.full(S.shape, np.inf))
+        remainder = Interval(-S, S)
     elif seeds == "layered":
         if w.kind != "dp" or box.lo.ndim != 2:
             raise InvalidInputError("seeds='layered' covers one box (N, D) of a DP layer")
@@ -217,6 +231,55 @@ def _scaled_norm2_upper(R: np.ndarray, iterations: int) -> float:
     return float(up(np.sqrt(ratio) * (1.0 + 4.0 * U)))
 
 
+def centre_norm2_upper(C: np.ndarray) -> float:
+    """A proven upper bound on ||C||_2 for a square float matrix: `norm2_upper` (a dense eigenvalue problem of the
+    dilation) up to DENSE_NORM_MAX rows; above, from the Gram matrix B = fl(C^T C), symmetrised:
+
+        ||C||_2^2 = lambda_max(C^T C) <= lambda_max(B) + ||C^T C - B||_2,   |C^T C - B| <= 2 gamma_n |C|^T |C|
+
+    (Higham 3.5, the factor 2 covering the symmetrising average), so ||C^T C - B||_2 <= 2 gamma_n || |C| ||_2^2, with
+    lambda_max(B) = -lambda_min(-B) bounded by `lambda_min_lower`'s Cholesky check at a power-iteration guess (no
+    eigendecomposition), and || |C| ||_2 by `nonnegative_norm2_upper`. Work: one Gram product and one Cholesky."""
+    n = C.shape[0]
+    if n <= DENSE_NORM_MAX:
+        return norm2_upper(C)
+    if not np.any(C):
+        return 0.0
+    # an exact power-of-two scaling to a largest entry in [1/2, 1) keeps C^T C away from underflow and overflow;
+    # entries that become subnormal move by <= eta / 2, which n eta on the scaled norm covers
+    exponent = math.frexp(float(np.abs(C).max()))[1]
+    with np.errstate(under="ignore"):
+        scaled = np.ldexp(C, -exponent)
+    value = _gram_norm2_upper(scaled) + n * ETA
+    with np.errstate(over="ignore"):
+        return float(up(np.ldexp(value, exponent)))
+
+
+def _gram_norm2_upper(C: np.ndarray) -> float:
+    """`centre_norm2_upper`'s Gram-matrix bound for a matrix with entries of magnitude below 1."""
+    n = C.shape[0]
+    magnitude_norm = nonnegative_norm2_upper(np.abs(C))
+    with np.errstate(over="ignore", invalid="ignore"):
+        B = C.T @ C
+        B = 0.5 * B + 0.5 * B.T
+    if not np.all(np.isfinite(B)):
+        return magnitude_norm
+    v = np.ones(n) / math.sqrt(n)
+    for _ in range(100):
+        w = B @ v
+        size = np.linalg.norm(w)
+        if not size > 0:
+            break
+        v = w / size
+    estimate = float(v @ B @ v)
+    # the guess sits 0.2% above the estimate (power iteration approaches lambda_max from below); the Cholesky check
+    # proves whatever shift passes, and widens the shift itself when the guess was too low
+    top = -lambda_min_lower(-B, guess=-estimate * 1.002)
+    error = up(2.0 * gamma(n) * up(magnitude_norm * magnitude_norm))
+    gram = float(up(np.sqrt(up(max(top, 0.0) + error)) * (1 + 4 * U)))
+    return min(gram, magnitude_norm)
+
+
 def taylor_norm_bound(form: TaylorEnclosure, norm: str, centre_value: float | None = None) -> float:
     """Proven bound on max ||J(X)||_norm over the box of one Taylor form (module docstring); inf if unbounded.
 
@@ -235,7 +298,7 @@ def taylor_norm_bound(form: TaylorEnclosure, norm: str, centre_value: float | No
         return inf_norm_bound(enclosure)
     centre = MatrixEnclosure.from_bounds(lo0, hi0)
     radius = round_up(centre.radius + np.maximum(np.abs(loT), np.abs(hiT)))
-    c_norm = norm2_upper(centre.center) if centre_value is None else centre_value
+    c_norm = centre_norm2_upper(centre.center) if centre_value is None else centre_value
     value = float(up(c_norm + nonnegative_norm2_upper(radius)))
     if np.any(cut.lo > summed.lo) or np.any(cut.hi < summed.hi):  # the direct enclosure cut something
         value = min(value, nonnegative_norm2_upper(enclosure.magnitude()))
@@ -286,22 +349,22 @@ def taylor_bound(weights: AttentionWeights, N: int, norm: str = "2", domain: Dom
     w64 = weights.to(torch.float64, "cpu")
     D = w64.D
     box = initial_box(domain, N, D)  # checks the centre's shape
-    check_memory(N, D)
     nw = numpy_weights(w64)
     if isinstance(domain, EpsBall):
         X0 = domain.center.detach().to(torch.float64).cpu().numpy()
     else:
         X0 = np.zeros((N, D))
     seeds = resolve_seeds(seeds, N, D, nw.kind)
+    check_memory(N, D, seeds=seeds)
     form = taylor_enclosure(box, X0, nw, seeds=seeds)
     centre = MatrixEnclosure.from_bounds(*_matrix(form.at_centre))
     if norm == "2":
-        c_norm = norm2_upper(centre.center)
+        c_norm = centre_norm2_upper(centre.center)
         at_centre = float(up(c_norm + nonnegative_norm2_upper(centre.radius)))
         value = taylor_norm_bound(form, norm, c_norm)
     else:
         at_centre, value = inf_norm_bound(centre), taylor_norm_bound(form, norm)
-    lower = float(jacobian_norm(jacobian(torch.from_numpy(X0)[None], w64), norm)[0])
+    lower = attained_at(torch.from_numpy(X0), w64, norm)
     ratio = value / lower if lower > 0 else math.inf
     return Certificate(
         value=float(value), kind="upper", certified=True, method="taylor", scope=domain.scope,
@@ -310,8 +373,23 @@ def taylor_bound(weights: AttentionWeights, N: int, norm: str = "2", domain: Dom
         message=(f"first-order Taylor form about the centre: ||J(X0)|| <= {at_centre:.6g} plus the remainder "
                  f"(proofs/taylor_remainder.py); upper / ||J(X0)|| = {ratio:.4f}"),
         details={"lower": lower, "witness": X0.tolist(), "ratio": ratio, "at_centre": at_centre,
-                 "remainder": value - at_centre, "seeds": seeds, "memory_estimate": memory_estimate(N, D)},
+                 "remainder": value - at_centre, "seeds": seeds, "memory_estimate": memory_estimate(N, D, seeds=seeds)},
     )
+
+
+def attained_at(X0: torch.Tensor, weights: AttentionWeights, norm: str, iterations: int = 50) -> float:
+    """||J(X0)||_norm (float64), or for the 2-norm above DENSE_NORM_MAX rows ||J v|| after power iteration (a value
+    attained at X0, <= ||J(X0)||_2, without the dense SVD)."""
+    J = jacobian(X0[None], weights)
+    n = X0.numel()
+    if norm == "inf" or n <= DENSE_NORM_MAX:
+        return float(jacobian_norm(J, norm)[0])
+    M = J.reshape(n, n)
+    v = torch.ones(n, dtype=M.dtype)
+    for _ in range(iterations):
+        v = M.T @ (M @ v)
+        v = v / v.norm()
+    return float((M @ v).norm())
 
 
 def _collapse(x: Dual, h: Interval) -> Interval:
