@@ -13,7 +13,7 @@ import torch
 
 from ._domain import Ball, Domain, EpsBall, Global
 from ._errors import InvalidInputError
-from ._footprint import check_memory
+from ._footprint import available_bytes, check_memory, format_bytes, method_floor_bytes
 from ._result import Certificate
 from .adversarial import LOCAL_LOWER_SEARCH, lower_bound
 from .attention import AttentionWeights, as_weights, check_tokens
@@ -28,6 +28,8 @@ class Report:
     norm: str
     domain: str
     certificates: tuple[Certificate, ...]
+    skipped: tuple[str, ...] = ()
+    """Default methods left out before running, each with its reason (e.g. its memory floor on this machine)."""
 
     def best_upper(self) -> Certificate | None:
         """The smallest certified upper bound (every certified scope covers the report's domain)."""
@@ -155,6 +157,16 @@ def certify_layer(layer: torch.nn.Module | AttentionWeights, tokens: int | None 
     if not chosen:
         raise InvalidInputError(f"no certified method applies to {weights.kind!r} attention on domain {domain.scope}")
     restarts = (lower_options or {}).get("restarts", 24) if lower else None
+    skipped: list[str] = []
+    if methods is None or list(methods) == ["all"]:  # chosen for the user: leave out what cannot fit, and say so
+        available = available_bytes()
+        if available is not None:
+            fitting = [m for m in chosen if method_floor_bytes(m.name, weights, tokens, domain) <= available]
+            if fitting:
+                skipped = [f"{m.name}: needs at least {format_bytes(method_floor_bytes(m.name, weights, tokens, domain))}"
+                           f" (estimated before allocating), {format_bytes(available)} available"
+                           for m in chosen if m not in fitting]
+                chosen = fitting
     check_memory([m.name for m in chosen], weights, tokens, domain, restarts)
     certificates = [m.compute(weights, tokens, norm, domain, time_budget=time_budget, progress=progress,
                               lower_search=LOCAL_LOWER_SEARCH)
@@ -162,4 +174,4 @@ def certify_layer(layer: torch.nn.Module | AttentionWeights, tokens: int | None 
     if lower:
         options = {"seconds": time_budget, **(lower_options or {})}
         certificates.append(lower_bound(weights, tokens, norm, domain, progress=progress, **options))
-    return Report(weights.describe(), tokens, norm, domain.scope, tuple(certificates))
+    return Report(weights.describe(), tokens, norm, domain.scope, tuple(certificates), tuple(skipped))

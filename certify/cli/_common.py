@@ -87,6 +87,8 @@ def load_center(path: str) -> "torch.Tensor":
 
 def print_report(report: Report, title: str) -> None:
     print(format_table(report.certificates, title=title))
+    for reason in report.skipped:
+        print(f"skipped {reason}")
     upper, lower = report.best_upper(), report.best_lower()
     if upper is not None and lower is not None:
         print(f"best certified upper / best lower = {format_value(upper.value)} / {format_value(lower.value)}"
