@@ -30,6 +30,11 @@ DENSE_INF_ENTRIES = 16 * 2**20
 at most this many entries (128 MiB in float64), with or without a time limit."""
 
 
+def dense_attained(n: int, norm: str) -> bool:
+    """Whether `attained_norm` with a time limit uses the dense closed-form Jacobian at N D = n (cheap and exact)."""
+    return n <= DENSE_TIMED_LIMIT or (norm == "inf" and n * n <= DENSE_INF_ENTRIES)
+
+
 def _jvp_norm(X: torch.Tensor, w: AttentionWeights, v: torch.Tensor) -> float:
     with torch.no_grad():
         Jv = torch.func.jvp(lambda Z: attention_forward(Z, w), (X,), (v,))[1]

@@ -33,7 +33,7 @@ from .._progress import progress_bar
 from .._result import Certificate
 from ..attention import AttentionWeights, attention_forward, check_tokens
 from ..jacobian import check_norm
-from ._attained import DENSE_LIMIT, DENSE_TIMED_LIMIT, attained_norm
+from ._attained import DENSE_LIMIT, DENSE_TIMED_LIMIT, attained_norm, dense_attained
 from ._clusters import cluster_norm, expand, round_multiplicities
 from ._eps_ball import applies as eps_ball_applies
 from ._eps_ball import eps_ball_ascent
@@ -427,9 +427,10 @@ def lower_bound(weights: AttentionWeights, N: int, norm: str, domain: Domain = G
     witness = best.X.to(device="cpu", dtype=torch.float64)
     left = None if seconds is None else max(seconds - (time.perf_counter() - begin), 0.0)
     value, how = attained_norm(witness, w64, norm, seconds=left, v0=best.v)
-    if isinstance(domain, EpsBall):  # the data point itself is in the domain: never report less than its norm
+    left = None if seconds is None else max(seconds - (time.perf_counter() - begin), 0.0)
+    if isinstance(domain, EpsBall) and (left is None or (left > 0 and dense_attained(n, norm))):
+        # the data point itself is in the domain: never report less than its norm (when that is cheap: dense)
         centre = domain.center.detach().to(device="cpu", dtype=torch.float64)
-        left = None if seconds is None else max(seconds - (time.perf_counter() - begin), 0.0)
         centre_value, centre_how = attained_norm(centre, w64, norm, seconds=left)
         if centre_value > value:
             witness, value, how, best.phase = centre, centre_value, centre_how, "the eps-ball's centre"
