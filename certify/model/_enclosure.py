@@ -19,7 +19,7 @@ from scipy.special import ndtr
 from .._domain import EpsBall
 from .._errors import InvalidInputError
 from ..attention import AttentionWeights
-from ..bounds import METHODS
+from ..bounds.local import taylor_bound
 from ..interval import Interval, exp, inf_norm_upper, isum, reciprocal, round_down, round_up, sqrt, square
 from ..sdp import norm2_upper
 from ._blocks import (Activation, AddConstant, Attention, ChannelAffine, ClassToken, FeedForward, Gather, LayerNorm,
@@ -220,7 +220,8 @@ def attention_lipschitz(block: Attention, x: Interval, norm: str) -> float:
     c = x.mid
     radius = float(round_up(np.max(x.rad))) if x.rad.size else 0.0
     domain = EpsBall(torch.tensor(c), max(radius, 1e-300), "inf")
-    cert = METHODS["taylor"].compute(attention_weights(block), c.shape[0], norm, domain)
+    # the separable diagonal slope: 10x faster than the exact one at D = 48, within 6% (certify/bounds/local/_slopes.py)
+    cert = taylor_bound(attention_weights(block), c.shape[0], norm, domain, exact_diagonal=False)
     if not cert.certified:
         raise InvalidInputError(f"the attention bound was not certified: {cert}")
     return float(cert.value)

@@ -134,7 +134,8 @@ def coordinate_remainder(box: Interval, centre: np.ndarray, w: _Weights, chunk: 
 
 
 def taylor_enclosure(box: Interval, centre: np.ndarray, w: _Weights, *, seeds: str = "directional",
-                     chunk: int = 16, remainder_scale: float = 1.0) -> TaylorEnclosure:
+                     chunk: int = 16, remainder_scale: float = 1.0,
+                     exact_diagonal: bool | None = None) -> TaylorEnclosure:
     """The Taylor form of J over boxes (..., N, D) about points `centre` (..., N, D) inside them.
 
     seeds: "directional" (one tangent holding the interval direction B - X0: cost about 3 enclosures of J) or
@@ -165,7 +166,8 @@ def taylor_enclosure(box: Interval, centre: np.ndarray, w: _Weights, *, seeds: s
             raise InvalidInputError("seeds='slopes' covers DP layers (the building blocks of the DP Jacobian)")
         flat_lo, flat_hi = box.lo.reshape(-1, N, D), box.hi.reshape(-1, N, D)
         flat_centre = centre.reshape(-1, N, D)
-        S = np.stack([dp_slopes(Interval(flat_lo[b], flat_hi[b]), flat_centre[b], w) for b in range(batch)])
+        S = np.stack([dp_slopes(Interval(flat_lo[b], flat_hi[b]), flat_centre[b], w, exact_diagonal=exact_diagonal)
+                      for b in range(batch)])
         S = S.reshape(*box.shape[:-2], N, D, N, D)
         if N * D <= DENSE_NORM_MAX:
             direct = jacobian_enclosure(box, w)
@@ -321,14 +323,16 @@ def resolve_seeds(seeds: str, N: int, D: int, kind: str = "dp") -> str:
 def taylor_box_bounds(boxes: Interval, w: _Weights, norm: str, seeds: str = "auto") -> tuple[np.ndarray, Interval]:
     """Per box (B, N, D): the Taylor bound about the box's midpoint, and the direct enclosure of J (B, N, D, N, D)."""
     centre = np.clip(0.5 * boxes.lo + 0.5 * boxes.hi, boxes.lo, boxes.hi)
-    form = taylor_enclosure(boxes, centre, w, seeds=resolve_seeds(seeds, *boxes.shape[-2:], w.kind))
+    # per box inside a time-budgeted search: the separable diagonal slope (10x faster, within 6%)
+    form = taylor_enclosure(boxes, centre, w, seeds=resolve_seeds(seeds, *boxes.shape[-2:], w.kind),
+                            exact_diagonal=False)
     values = np.array([taylor_norm_bound(TaylorEnclosure(form.at_centre[b], form.remainder[b], form.direct[b]), norm)
                        for b in range(boxes.shape[0])])
     return values, form.direct
 
 
 def taylor_bound(weights: AttentionWeights, N: int, norm: str = "2", domain: Domain = Ball(1.0), *,
-                 seeds: str = "auto", **_: object) -> Certificate:
+                 seeds: str = "auto", exact_diagonal: bool | None = None, **_: object) -> Certificate:
     """Certified bound on Lip_norm(F) over a local domain from one Taylor form (module docstring).
 
     EpsBall(X0, eps, p): the box X0 +- eps about X0 (it contains the ball for both p); Ball(R): the box [-R, R]^{N D}
@@ -356,7 +360,7 @@ def taylor_bound(weights: AttentionWeights, N: int, norm: str = "2", domain: Dom
         X0 = np.zeros((N, D))
     seeds = resolve_seeds(seeds, N, D, nw.kind)
     check_memory(N, D, seeds=seeds)
-    form = taylor_enclosure(box, X0, nw, seeds=seeds)
+    form = taylor_enclosure(box, X0, nw, seeds=seeds, exact_diagonal=exact_diagonal)
     centre = MatrixEnclosure.from_bounds(*_matrix(form.at_centre))
     if norm == "2":
         c_norm = centre_norm2_upper(centre.center)
