@@ -110,6 +110,10 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
     (missing or unreadable file, not a checkpoint, another format, arrays that do not match their digest or shapes)."""
     path = Path(path)
     try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+        if magic != b"PK\x03\x04":
+            raise CheckpointError(f"{path} is not a certify branch-and-bound checkpoint (not an .npz archive)")
         with np.load(path, allow_pickle=False) as data:
             if "meta" not in data.files:
                 raise CheckpointError(f"{path} is not a certify branch-and-bound checkpoint (no 'meta' entry)")
@@ -122,6 +126,8 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
         raise
     except FileNotFoundError as error:
         raise CheckpointError(f"cannot read checkpoint {path}: no such file") from error
+    except IsADirectoryError as error:
+        raise CheckpointError(f"cannot read checkpoint {path}: it is a directory") from error
     except OSError as error:
         raise CheckpointError(f"cannot read checkpoint {path}: {error}") from error
     except (ValueError, zipfile.BadZipFile, EOFError, json.JSONDecodeError) as error:
