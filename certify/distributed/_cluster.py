@@ -23,7 +23,8 @@ def dask_client(workers: int = 2, scheduler: str | None = None, *, timeout: floa
     try:
         import distributed
     except ImportError as error:  # pragma: no cover - a declared dependency
-        raise ClusterError("the Dask engine needs the 'distributed' package: pip install 'dask[distributed]'") from error
+        raise ClusterError("the Dask engine needs the 'distributed' package: "
+                           "pip install 'dask[distributed]'") from error
     if scheduler is None:
         if not (isinstance(workers, int) and workers >= 1):
             raise ClusterError(f"workers must be an integer >= 1, got {workers!r}")

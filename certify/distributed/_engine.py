@@ -50,6 +50,8 @@ from ..bounds.global_l2 import (
 from ._checkpoint import Checkpoint, SearchState, load_checkpoint, save_checkpoint
 from ._tasks import evaluate_batch
 
+LOST = ("KilledWorker", "FutureCancelledError", "CancelledError")
+"""Names of the exceptions of a task that did not run to its end for lack of workers (not for an error of its own)."""
 WORKER_TIMEOUT = 60.0
 """Seconds without any worker after which the run checkpoints and raises ``ClusterError``."""
 
@@ -232,32 +234,34 @@ def _run(plan: SearchPlan, state: SearchState, client, *, batch: int, time_budge
                 bid = futures.pop(future, None)
                 if bid is None:
                     continue  # a future released earlier
-                if future.status == "cancelled" or (future.status == "error"
-                                                     and type(future.exception()).__name__ == "KilledWorker"):
-                    if bid in flying:  # lost with its workers: the same boxes go out again
+                t0, out = time.perf_counter(), None
+                try:  # a result lost with its worker after it finished is computed again: result() waits for it
+                    out = None if future.status == "cancelled" else future.result()
+                except Exception as error:
+                    if type(error).__name__ not in LOST:
+                        if isinstance(error, ImportError):
+                            raise ClusterError(f"a Dask worker cannot import certify ({error}); install this "
+                                               "version of certify on every worker") from error
+                        raise
+                finally:
+                    wait_seconds += time.perf_counter() - t0
+                if out is None:  # lost with its workers (or cancelled by the scheduler): the same boxes go out again
+                    if bid in flying:
                         resubmitted += 1
                         submit(bid)
                     continue
-                if future.status == "error":
-                    error = future.exception()
-                    if isinstance(error, ImportError):
-                        raise ClusterError(f"a Dask worker cannot import certify ({error}); install this version "
-                                           "of certify on every worker") from error
-                    raise error
-                t0 = time.perf_counter()
-                out = future.result()
-                wait_seconds += time.perf_counter() - t0  # a result lost with its worker is computed again
                 if bid not in flying:
                     ignored += 1
                     continue
-                del flying[bid]
-                boxes += out.evaluated
-                closed_max = max(closed_max, out.closed_max)
                 step = refine(out.lo, out.hi, out.ub, out.centre_norm, out.scores, lower, witness, par, norm, tol)
+                # the batch stays on the books until its open children are in the frontier (a Ctrl-C in between
+                # leaves its boxes covered twice, never not at all)
                 lower, witness = step.lower, step.witness
-                closed_max = max(closed_max, step.closed_max)
+                closed_max = max(closed_max, out.closed_max, step.closed_max)
                 if step.children.size:
                     frontier = Frontier.concatenate([frontier, step.children])
+                del flying[bid]
+                boxes += out.evaluated
                 accepted += 1
                 accepted_total += 1
                 if on_batch is not None:
@@ -278,10 +282,10 @@ def _run(plan: SearchPlan, state: SearchState, client, *, batch: int, time_budge
                     no_workers_since = None
             if progress is not None and now - last_report > 10.0:
                 last_report = now
+                open_max = max([frontier.max, *(part.max for part in flying.values())])
                 progress(f"N={N} d={d} p={norm} (dask, {_slots(client)} workers): {boxes} boxes, "
                          f"{frontier.size} open, {len(flying)} batches in flight, lower {lower:.6f}, "
-                         f"closed max {closed_max:.6f}, open max {max(frontier.max, *(p.max for p in flying.values()), -np.inf):.6f}, "
-                         f"{now - run_start:.0f} s")
+                         f"closed max {closed_max:.6f}, open max {open_max:.6f}, {now - run_start:.0f} s")
     except KeyboardInterrupt:  # Ctrl-C: keep what is certified so far (batches in flight keep their parents' bound)
         interrupted = True
     finally:
@@ -290,6 +294,7 @@ def _run(plan: SearchPlan, state: SearchState, client, *, batch: int, time_budge
                 client.cancel(list(futures))
             except Exception:  # the cluster may be gone; nothing of ours depends on these futures any more
                 pass
+    loop_seconds = time.perf_counter() - run_start
     final = snapshot()  # the frontier with the batches in flight: the open boxes of the certificate
     if checkpoint is not None:
         save()
@@ -297,9 +302,8 @@ def _run(plan: SearchPlan, state: SearchState, client, *, batch: int, time_budge
     upper = max(closed_max, open_max, plan.tail_total)
     if not interrupted:
         lower, witness = polish(witness, norm)
-    elapsed = time.perf_counter() - run_start
     stats = EngineStats(workers, limit, submitted, accepted, resubmitted, ignored, checkpoints, checkpoint_seconds,
-                        elapsed - wait_seconds, wait_seconds)
+                        loop_seconds - wait_seconds, wait_seconds)
     return GlobalL2Result(N=N, d=d, norm=norm, upper=float(upper), lower=float(lower), witness=witness,
                           seconds=state.seconds + time.perf_counter() - started, boxes=boxes,
                           complete=not (timed_out or interrupted) and final.frontier.size == 0, r=plan.r,

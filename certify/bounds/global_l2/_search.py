@@ -316,7 +316,8 @@ def global_l2_constant(N: int, d: int, norm: str, *, r: float | None = None, tol
             if progress is not None and time.perf_counter() - last_report > 10.0:
                 last_report = time.perf_counter()
                 progress(f"N={N} d={d} p={norm}: {boxes} boxes, {frontier.size} open, lower {lower:.6f}, "
-                         f"closed max {closed_max:.6f}, open max {frontier.max:.6f}, {time.perf_counter() - start:.0f} s")
+                         f"closed max {closed_max:.6f}, open max {frontier.max:.6f}, "
+                         f"{time.perf_counter() - start:.0f} s")
     except KeyboardInterrupt:  # Ctrl-C: keep what is certified so far (the batch in flight keeps its parents' bound)
         interrupted = True
     finally:
