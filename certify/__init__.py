@@ -8,6 +8,7 @@ from ._checkpoint import load_layer as load_layer, save_layer as save_layer
 from ._errors import (
     CertifyError as CertifyError,
     CheckpointError as CheckpointError,
+    ClusterError as ClusterError,
     InvalidInputError as InvalidInputError,
     NotLipschitzError as NotLipschitzError,
     SolverError as SolverError,

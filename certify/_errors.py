@@ -18,7 +18,12 @@ class NotLipschitzError(CertifyError):
 
 
 class CheckpointError(CertifyError):
-    """A checkpoint could not be read, or holds something that is not an attention layer."""
+    """A checkpoint could not be read, or holds something that is not an attention layer or a branch-and-bound state
+    (certify.distributed)."""
+
+
+class ClusterError(CertifyError):
+    """A Dask cluster could not be reached or started, or lost every worker (certify.distributed)."""
 
 
 class SolverError(CertifyError):

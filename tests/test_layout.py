@@ -67,6 +67,7 @@ def test_the_import_reader_sees_relative_and_late_imports():
     ("certify.attention", "certify.bounds"),  # bounds are computed from attention weights, not the other way
     ("certify.bounds", "certify.adversarial"),  # certified bounds never depend on the adversarial search
     ("certify.attention", "certify.invertible"),
+    ("certify.bounds", "certify.distributed"),  # the single-process search needs no cluster (issue 19)
 ])
 def test_no_import_against_the_layering(package, forbidden):
     assert imports_of(package, forbidden) == {}

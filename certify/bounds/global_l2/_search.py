@@ -37,7 +37,8 @@ from ... import interval as iv
 from ..._memory import retain_freed_memory
 from ._domain import Domain, cluster_partitions, gap_domain, octant_plane_domain, plane_domain
 from ._enclosure import Parametrisation
-from ._lower import core_norm, polish, search_lower
+from ._frontier import Frontier, refine
+from ._lower import polish, search_lower
 from ._mean_value import box_bounds
 from ._split import split_bound
 from ._tail import tail_bound, tail_bound_lookup, tail_bound_table
@@ -183,6 +184,49 @@ def evaluate_boxes(lo: np.ndarray, hi: np.ndarray, parent_ub: np.ndarray, thresh
     return BoxEvaluation(lo, hi, ub, centre_norm, scores, closed_max, evaluated)
 
 
+@dataclass(frozen=True)
+class SearchPlan:
+    """Everything fixed during one branch and bound for c_p(N, d) (MATH.md section 7): the closing tolerance, the
+    cluster radius r, eps_p(r, N, d), the tail term max_{s < N} c_p(s) + eps_p(r) rounded up (``tail_total``), the
+    box setting (domain, norm, forms, c_p(s) for s < N) and a description of the method."""
+
+    N: int
+    d: int
+    norm: str
+    tol: float
+    r: float
+    eps: float
+    tail_total: float
+    setting: BoxSetting
+    method: str
+
+
+def plan_search(N: int, d: int, norm: str, smaller: dict[int, float], lower: float, *, r: float | None, tol: float,
+                second_order: bool, third_order: bool, split: bool) -> SearchPlan:
+    """The plan of one branch and bound, given certified c_p(s, d) for 1 <= s < N (``smaller``) and the attained
+    lower bound; r None picks the smallest adequate radius (``choose_r``), which depends on ``lower``."""
+    missing = [s for s in range(1, N) if s not in smaller]
+    if missing:
+        raise ValueError(f"smaller must hold c_p(s, d) for s = 1..{N - 1}; missing s = {missing}")
+    best_smaller = max(smaller[s] for s in range(1, N))
+    if r is None:
+        r = choose_r(N, d, norm, best_smaller, lower, tol)
+    eps = tail_bound(r, N, d, norm)
+    tail_total = float(iv.round_up(np.array(best_smaller + eps)))
+    dom = domain(N, d, norm, r)
+    table = tail_bound_table(N, d, norm, r)
+    setting = BoxSetting(dom, norm, float(r), second_order, third_order and second_order, split,
+                         {s: smaller[s] for s in range(1, N)}, best_smaller, table)
+    forms = "mean-value and second-order Taylor forms" if second_order else "mean-value form"
+    if second_order and third_order:
+        forms = "mean-value and third-order Taylor forms"
+    if split:
+        forms += f", split bounds for groups >= {SPLIT_MIN_DISTANCE} apart"
+    method = (f"branch and bound, {forms} with vertex enumeration, outward-rounded intervals; "
+              f"tail bound r = {r}; {dom.description}")
+    return SearchPlan(N, d, norm, float(tol), r, eps, tail_total, setting, method)
+
+
 def _ignore_interrupt() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is handled by the parent, which stops the workers
 
@@ -231,41 +275,29 @@ def global_l2_constant(N: int, d: int, norm: str, *, r: float | None = None, tol
                                             batch=batch, seed=seed, second_order=second_order,
                                             third_order=third_order,
                                             split=split, workers=workers).upper
-    best_smaller = max(smaller[s] for s in range(1, N))
     lower, witness = search_lower(N, d, norm, restarts=lower_restarts, seed=seed)
-    if r is None:
-        r = choose_r(N, d, norm, best_smaller, lower, tol)
-    eps = tail_bound(r, N, d, norm)
-    tail_total = float(iv.round_up(np.array(best_smaller + eps)))
-    dom = domain(N, d, norm, r)
+    plan = plan_search(N, d, norm, smaller, lower, r=r, tol=tol, second_order=second_order,
+                       third_order=third_order, split=split)
+    r, eps, tail_total, setting, method = plan.r, plan.eps, plan.tail_total, plan.setting, plan.method
+    dom = setting.domain
     par = dom.par
-    table = tail_bound_table(N, d, norm, r)
-    setting = BoxSetting(dom, norm, float(r), second_order, third_order and second_order, split, dict(smaller),
-                         best_smaller, table)
     # open boxes, processed best first (largest bound first), so that the certified value falls steadily
-    open_lo, open_hi, open_ub = dom.lo[None].copy(), dom.hi[None].copy(), np.array([np.inf])
+    frontier = Frontier.root(dom.lo, dom.hi)
     closed_max = -np.inf
     boxes = 0
     last_report = start
     timed_out = interrupted = False
-    in_flight = -np.inf  # the largest parent bound of the batch being processed (not in open_ub meanwhile)
+    in_flight = -np.inf  # the largest parent bound of the batch being processed (not in the frontier meanwhile)
     pool = _pool(workers)
     batch = batch * workers
     try:
-        while open_lo.shape[0]:
+        while frontier.size:
             if time.perf_counter() - start > time_budget:
                 timed_out = True
                 break
-            in_flight = float(open_ub.max())  # set before the batch leaves open_ub, cleared once it is back
-            if open_lo.shape[0] > batch:
-                top = np.argpartition(-open_ub, batch)[:batch]
-                rest = np.ones(open_lo.shape[0], dtype=bool)
-                rest[top] = False
-                lo, hi, parent_ub = open_lo[top], open_hi[top], open_ub[top]
-                open_lo, open_hi, open_ub = open_lo[rest], open_hi[rest], open_ub[rest]
-            else:
-                lo, hi, parent_ub = open_lo, open_hi, open_ub
-                open_lo, open_hi, open_ub = open_lo[:0], open_hi[:0], open_ub[:0]
+            in_flight = frontier.max  # set before the batch leaves the frontier, cleared once it is back
+            taken, frontier = frontier.take(batch)
+            lo, hi, parent_ub = taken.lo, taken.hi, taken.ub
             threshold = lower * (1.0 + tol)
             if pool is None:
                 out = evaluate_boxes(lo, hi, parent_ub, threshold, setting)
@@ -275,54 +307,27 @@ def global_l2_constant(N: int, d: int, norm: str, *, r: float | None = None, tol
                     evaluate_boxes, [(lo[c], hi[c], parent_ub[c], threshold, setting) for c in chunks]))
             boxes += out.evaluated
             closed_max = max(closed_max, out.closed_max)
-            lo, hi, ub, centre_norm, scores = out.lo, out.hi, out.ub, out.centre_norm, out.scores
-            if lo.shape[0] == 0:
-                in_flight = -np.inf
-                continue
-            k_best = int(np.argmax(centre_norm))
-            if centre_norm[k_best] > lower:
-                Yc = par.points((0.5 * lo[k_best] + 0.5 * hi[k_best])[None])[0]
-                value = core_norm(Yc, norm)
-                if value > lower:
-                    lower, witness = value, Yc - Yc[0]
-            threshold = lower * (1.0 + tol)
-            done = ub <= threshold
-            if done.any():
-                closed_max = max(closed_max, float(ub[done].max()))
-            lo, hi, ub, scores = lo[~done], hi[~done], ub[~done], scores[~done]
-            if lo.shape[0]:
-                axis = np.argmax(scores * (hi - lo > 0), axis=1)
-                rows = np.arange(lo.shape[0])
-                midpoint = 0.5 * lo[rows, axis] + 0.5 * hi[rows, axis]
-                hi_left, lo_right = hi.copy(), lo.copy()
-                hi_left[rows, axis] = midpoint
-                lo_right[rows, axis] = midpoint
-                open_lo = np.concatenate([open_lo, lo, lo_right])
-                open_hi = np.concatenate([open_hi, hi_left, hi])
-                open_ub = np.concatenate([open_ub, ub, ub])
+            step = refine(out.lo, out.hi, out.ub, out.centre_norm, out.scores, lower, witness, par, norm, tol)
+            lower, witness = step.lower, step.witness
+            closed_max = max(closed_max, step.closed_max)
+            if step.children.size:
+                frontier = Frontier.concatenate([frontier, step.children])
             in_flight = -np.inf
             if progress is not None and time.perf_counter() - last_report > 10.0:
                 last_report = time.perf_counter()
-                open_max = float(open_ub.max()) if open_ub.size else -np.inf
-                progress(f"N={N} d={d} p={norm}: {boxes} boxes, {open_ub.size} open, lower {lower:.6f}, "
-                         f"closed max {closed_max:.6f}, open max {open_max:.6f}, {time.perf_counter() - start:.0f} s")
+                progress(f"N={N} d={d} p={norm}: {boxes} boxes, {frontier.size} open, lower {lower:.6f}, "
+                         f"closed max {closed_max:.6f}, open max {frontier.max:.6f}, "
+                         f"{time.perf_counter() - start:.0f} s")
     except KeyboardInterrupt:  # Ctrl-C: keep what is certified so far (the batch in flight keeps its parents' bound)
         interrupted = True
     finally:
         if pool is not None:
             pool.terminate()
-    open_max = max(float(open_ub.max()) if open_ub.size else -np.inf, in_flight)
+    open_max = max(frontier.max, in_flight)
     upper = max(closed_max, open_max, tail_total)
     if not interrupted:  # after Ctrl-C, return at once with the lower bound found so far
         lower, witness = polish(witness, norm)
     seconds = time.perf_counter() - start
-    forms = "mean-value and second-order Taylor forms" if second_order else "mean-value form"
-    if second_order and third_order:
-        forms = "mean-value and third-order Taylor forms"
-    if split:
-        forms += f", split bounds for groups >= {SPLIT_MIN_DISTANCE} apart"
-    method = (f"branch and bound, {forms} with vertex enumeration, outward-rounded intervals; "
-              f"tail bound r = {r}; {dom.description}")
     return GlobalL2Result(N=N, d=d, norm=norm, upper=float(upper), lower=float(lower), witness=witness,
                           seconds=seconds, boxes=boxes, complete=not (timed_out or interrupted), r=r, tail=tail_total,
                           method=method, details={"closed_max": closed_max, "open_max": open_max,
