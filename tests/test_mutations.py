@@ -239,6 +239,20 @@ def _status(outcome: tuple[Status, str] | ProofResult) -> tuple[Status, str]:
     return (outcome.status, outcome.evidence) if isinstance(outcome, ProofResult) else outcome
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _every_proof_module_loaded_first() -> None:
+    """Import every proof module before any mutation: a module first imported while a mutation is applied would bind
+    the mutant (`from certify.symbolic import dp_closed_form`, or a default argument) and keep it after monkeypatch
+    restores the original, so a later test in the same worker (tests/test_proofs.py under xdist) would see it."""
+    import pathlib
+
+    import proofs
+
+    for path in sorted(pathlib.Path(proofs.__file__).parent.glob("*.py")):
+        if not path.stem.startswith("__"):
+            importlib.import_module(f"proofs.{path.stem}")
+
+
 def apply(mutation: Mutation, monkeypatch: pytest.MonkeyPatch) -> None:
     """Compile the mutated source in the function's module; rebind it wherever the original is bound."""
     module = importlib.import_module(mutation.module)
