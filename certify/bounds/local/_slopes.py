@@ -12,7 +12,7 @@ built from (one head; sigma = 1/sqrt(d), k~_il = W_Q (k_l - kbar_i), v~_il = W_O
     J_il[F, E] = P_il (W_V W_O)[E, F] + sigma P_il v~_il[F] b_i[E] + delta_il sigma A_i[E, F],
     A_i = sum_l P_il k~_il v~_il^T                                   (`certify/jacobian/_dot_product.py`),
 
-whose coordinate derivatives have closed forms (derived in proofs/taylor_remainder.py's slope claims, checked
+whose coordinate derivatives have closed forms (proved in proofs/slopes_derivatives.py, checked
 against autodiff in tests/test_local_slopes.py), with M = W_K W_Q^T and WVO = W_V W_O:
 
     d_{t,r} P_il     = sigma P_il [delta_it k~_il[r] + (delta_lt - P_it) b_i[r]],
