@@ -26,4 +26,8 @@ from ._certify import (
     ModelCertificate as ModelCertificate,
     attained_lipschitz as attained_lipschitz,
     certify_model as certify_model,
+    chain_memory as chain_memory,
+    model_enclosure as model_enclosure,
 )
+from ._jacobian_chain import ChainEnclosure as ChainEnclosure
+from ._jacobian_chain import PrefixBound as PrefixBound

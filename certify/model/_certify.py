@@ -31,9 +31,14 @@ import torch
 
 from .._errors import InvalidInputError
 from ..interval import Interval, round_down, round_up
-from ._blocks import Model, Residual
+from ._blocks import Attention, Model, Residual
 from ._enclosure import analyse, enclose, intersect
-from ._forward import as_state, forward_blocks
+from ._forward import apply_block, as_state, forward_blocks
+from ._jacobian_chain import ChainEnclosure, enclose_chain
+from ._jacobian_chain import Domain, PrefixBound, memory_estimate
+
+CHAIN_MEMORY_LIMIT = 4 * 2**30
+"""The largest memory estimate of the Jacobian enclosure that `certify_model` runs."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +53,8 @@ class BlockFactor:
 
 @dataclasses.dataclass(frozen=True)
 class ModelCertificate:
-    """A certified upper bound on Lip_p of the model on the eps-ball (label 'certified'), with its factors."""
+    """A certified upper bound on Lip_p of the model on the eps-ball (label 'certified'): with method "product" its
+    per-block factors; with method "jacobian" the certified bound on each prefix of the model (`PrefixBound`)."""
 
     value: float
     norm: str
@@ -58,12 +64,16 @@ class ModelCertificate:
     seconds: float
     label: str = "certified"
     direct_residuals: bool = True
+    method: str = "product"
+    prefixes: tuple[PrefixBound, ...] = ()
+    note: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"value": self.value, "label": self.label, "norm": self.norm, "eps": self.eps,
+        return {"value": self.value, "label": self.label, "norm": self.norm, "eps": self.eps, "method": self.method,
                 "seconds": self.seconds, "output_radius": self.output_radius,
-                "direct_residuals": self.direct_residuals,
-                "factors": [dataclasses.asdict(f) for f in self.factors]}
+                "direct_residuals": self.direct_residuals, "note": self.note,
+                "factors": [dataclasses.asdict(f) for f in self.factors],
+                "prefixes": [dataclasses.asdict(p) for p in self.prefixes]}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,18 +104,84 @@ def _name(block: object) -> str:
     return type(block).__name__
 
 
-def certify_model(model: Model, x0: Any, eps: float, norm: str = "inf", *, direct: bool = True) -> ModelCertificate:
-    """Certified Lip_norm of ``model`` on {x : ||x - x0||_norm <= eps} (module docstring's theorem).
+METHODS: tuple[str, ...] = ("jacobian", "product")
+
+
+def _sizes(blocks: tuple, S: torch.Tensor, states: list[int], attention: list[tuple[int, int]]) -> torch.Tensor:
+    """Run the blocks on a zero state, recording every state's size and every attention input's (N, D)."""
+    for block in blocks:
+        if isinstance(block, Residual):
+            S = S + _sizes(block.inner, S, states, attention)
+        else:
+            if isinstance(block, Attention):
+                attention.append((S.shape[1], S.shape[2]))
+            S = apply_block(block, S)
+        states.append(S[0].numel())
+    return S
+
+
+def chain_memory(model: Model) -> int:
+    """Bytes `enclose_model` needs for this model (`_jacobian_chain.memory_estimate`)."""
+    states: list[int] = []
+    attention: list[tuple[int, int]] = []
+    with torch.no_grad():
+        _sizes(model.blocks, torch.zeros(1, *model.state_shape, dtype=torch.float64), states, attention)
+    n0 = int(np.prod(model.state_shape))
+    return memory_estimate(max(states + [n0]), n0, attention)
+
+
+def model_enclosure(model: Model, x0: Any, eps: float | np.ndarray, norm: str = "inf",
+                    progress: Any = None) -> ChainEnclosure:
+    """The first-order enclosure of the model's output over the ball {||x - x0||_norm <= eps} (norm "inf": eps may
+    be an array of per-coordinate radii of the input's shape, a box) (`_jacobian_chain`)."""
+    if norm not in ("2", "inf"):
+        raise InvalidInputError(f"norm must be '2' or 'inf', got {norm!r}")
+    x = as_state(model, x0)[0].numpy()
+    radius = np.asarray(eps, dtype=np.float64)
+    if radius.ndim and (norm != "inf" or radius.shape != tuple(model.input_shape)):
+        raise InvalidInputError(f"eps must be a number (or, for norm 'inf', an array of shape {model.input_shape}), "
+                                f"got shape {radius.shape}")
+    if not (np.all(np.isfinite(radius)) and np.all(radius >= 0) and radius.size and np.any(radius > 0)):
+        raise InvalidInputError("eps must be finite, >= 0 and not all 0")
+    radius = np.broadcast_to(radius, x.shape).reshape(-1).copy() if norm == "inf" else radius.reshape(1)
+    need = chain_memory(model)
+    if need > CHAIN_MEMORY_LIMIT:
+        raise InvalidInputError(f"the Jacobian enclosure of this model needs about {need / 2**30:.1f} GiB "
+                                f"(limit {CHAIN_MEMORY_LIMIT / 2**30:.0f} GiB)")
+    names = [_name(b) for b in model.blocks]
+    return enclose_chain(model.blocks, x, Domain(x, radius, norm), names, progress)
+
+
+def certify_model(model: Model, x0: Any, eps: float, norm: str = "inf", *, method: str = "jacobian",
+                  direct: bool = True, progress: Any = None) -> ModelCertificate:
+    """Certified Lip_norm of ``model`` on {x : ||x - x0||_norm <= eps}.
 
     Args:
         model: a `Model`.
         x0: one input of shape ``model.input_shape``.
         eps: the ball's radius (> 0).
         norm: "2" or "inf": the ball's norm and the norm of the Lipschitz constant (on every vec).
-        direct: use the direct interval Jacobian of LayerNorm + feed-forward residual blocks (else 1 + Lip).
+        method: "jacobian" (default): the model's Jacobian enclosed over the ball as one interval matrix
+            (`_jacobian_chain`; falls back to "product", saying so in ``note``, when its memory estimate exceeds
+            CHAIN_MEMORY_LIMIT); "product": the product of per-block certified constants on propagated boxes (module
+            docstring's theorem).
+        direct: ("product") use the direct interval Jacobian of LayerNorm + feed-forward residual blocks (else 1 + Lip).
+        progress: called with the index of each block when it is done.
     """
     _check(norm, eps)
+    if method not in METHODS:
+        raise InvalidInputError(f"method must be one of {METHODS}, got {method!r}")
     start = time.perf_counter()
+    note = ""
+    if method == "jacobian":
+        need = chain_memory(model)
+        if need <= CHAIN_MEMORY_LIMIT:
+            enclosure = model_enclosure(model, x0, eps, norm, progress)
+            return ModelCertificate(enclosure.lipschitz(norm), norm, float(eps), (), float(np.max(enclosure.box.rad)),
+                                    time.perf_counter() - start, direct_residuals=direct, method="jacobian",
+                                    prefixes=enclosure.prefixes)
+        note = (f"the Jacobian enclosure needs about {need / 2**30:.1f} GiB (limit "
+                f"{CHAIN_MEMORY_LIMIT / 2**30:.0f} GiB): the product of per-block constants instead")
     x = as_state(model, x0)[0].numpy()
     box = Interval.centred(x, np.full(x.shape, float(eps)))
     point = Interval.point(x)
@@ -114,7 +190,7 @@ def certify_model(model: Model, x0: Any, eps: float, norm: str = "inf", *, direc
     eps2 = float(round_up(eps * math.sqrt(x.size))) if norm == "inf" else float(eps)
     chain = {"2": eps2, "inf": float(eps)}
     total, factors = 1.0, []
-    for block in model.blocks:
+    for k, block in enumerate(model.blocks):
         t = time.perf_counter()
         radius = float(np.max(box.rad))
         box, L = analyse(block, box, ("2", "inf"), direct)
@@ -127,8 +203,10 @@ def certify_model(model: Model, x0: Any, eps: float, norm: str = "inf", *, direc
         factors.append(BlockFactor(_name(block), L[norm], radius, time.perf_counter() - t))
         if not np.all(np.isfinite(box.lo) & np.isfinite(box.hi)):
             total = math.inf
+        if progress is not None:
+            progress(k)
     return ModelCertificate(total, norm, float(eps), tuple(factors), float(np.max(box.rad)),
-                            time.perf_counter() - start, direct_residuals=direct)
+                            time.perf_counter() - start, direct_residuals=direct, method="product", note=note)
 
 
 def _jacobian_norm(J: torch.Tensor, norm: str) -> torch.Tensor:

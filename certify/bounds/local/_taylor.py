@@ -257,8 +257,25 @@ def centre_norm2_upper(C: np.ndarray) -> float:
         return float(up(np.ldexp(value, exponent)))
 
 
+def gram_norm2_upper(C: np.ndarray) -> float:
+    """A proven upper bound on ||C||_2 for any float matrix, from the Gram matrix of its shorter side (C^T C or
+    C C^T) as in `centre_norm2_upper`: cheap for a matrix with few rows or few columns."""
+    C = np.asarray(C, dtype=np.float64)
+    if C.shape[1] > C.shape[0]:
+        C = C.T
+    if not np.any(C):
+        return 0.0
+    exponent = math.frexp(float(np.abs(C).max()))[1]
+    with np.errstate(under="ignore"):
+        scaled = np.ldexp(C, -exponent)
+    value = _gram_norm2_upper(scaled) + C.shape[0] * ETA
+    with np.errstate(over="ignore"):
+        return float(up(np.ldexp(value, exponent)))
+
+
 def _gram_norm2_upper(C: np.ndarray) -> float:
-    """`centre_norm2_upper`'s Gram-matrix bound for a matrix with entries of magnitude below 1."""
+    """`centre_norm2_upper`'s Gram-matrix bound for a matrix (m, n) with entries of magnitude below 1; the Gram
+    matrix C^T C is n x n, its entries sums of m products."""
     n = C.shape[0]
     magnitude_norm = nonnegative_norm2_upper(np.abs(C))
     with np.errstate(over="ignore", invalid="ignore"):
@@ -266,7 +283,7 @@ def _gram_norm2_upper(C: np.ndarray) -> float:
         B = 0.5 * B + 0.5 * B.T
     if not np.all(np.isfinite(B)):
         return magnitude_norm
-    v = np.ones(n) / math.sqrt(n)
+    v = np.ones(B.shape[0]) / math.sqrt(B.shape[0])
     for _ in range(100):
         w = B @ v
         size = np.linalg.norm(w)

@@ -1,0 +1,415 @@
+"""The model's Jacobian over an input domain as a point product plus a certified error (MATH.md sections 0 and 7).
+
+Domain: x = x0 + delta, |delta_m| <= r_m (a box; the l_inf ball is r = eps) or ||delta||_2 <= eps. Write the
+model as top-level blocks f_1 .. f_L, F_k = f_k o .. o f_1, S_k a box containing F_k(domain). For each block, a
+float matrix A_k (its Jacobian at the image of x0) and a nonnegative Delta_k with |J_{f_k}(s) - A_k| <= Delta_k
+entrywise for every s in S_{k-1}. Let W_k = A_k .. A_1 (enclosed in float) and V_k(x) = J_{F_k}(x).
+
+Theorem. e_k >= sup_x ||V_k(x) - W_k||_p holds for
+
+    e_k = sum_{m <= k} ||A_k .. A_{m+1}||_p ( || Delta_m |W_{m-1}| ||_p + ||Delta_m||_p e_{m-1} ),   e_0 = 0.
+
+Proof: V_k - W_k = A_k (V_{k-1} - W_{k-1}) + E_k V_{k-1} with E_k = J_{f_k}(F_{k-1}(x)) - A_k, |E_k| <= Delta_k
+since F_{k-1}(x) lies in S_{k-1}; unrolled, V_k - W_k = sum_m (A_k .. A_{m+1}) E_m V_{m-1}, and
+|E_m V_{m-1}| <= Delta_m (|W_{m-1}| + |V_{m-1} - W_{m-1}|) entrywise, whose p-norm (p in {1, 2, inf}: monotone on
+nonnegative matrices) is at most ||Delta_m |W_{m-1}| || + ||Delta_m|| e_{m-1}.
+
+So Lip_p on the domain <= max ||W_L||_p + e_L (chain rule and mean value on the convex domain, as in `_certify`),
+and F_k(x) - F_k(x0) = (int_0^1 V_k(x0 + t delta) dt) delta lies in W_k delta + err delta with ||err|| <= e_k,
+which gives the boxes S_k: F_k(x0) +- (|W_k| r + e_k max r) (box) or +- (||rows of |W_k| ||_2 + e_k^(2)) eps (l_2
+ball), intersected with the interval image. The segment norms ||A_k .. A_{m+1}|| are norms of products of point
+matrices, so the cancellations between blocks are kept (an interval matrix carried from block to block would grow
+by the absolute-value norm of every block instead). For the l_2 norm of intermediate segments,
+||P||_2 <= sqrt(||P||_1 ||P||_inf).
+
+Per block: A and Delta from an interval enclosure of the Jacobian over S_{k-1} (`block_jacobian`); a residual
+x + g(x) with g = g_2 o g_1: A = I + A_2 A_1, Delta = |A_2| Delta_1 + Delta_2 |A_1| + Delta_2 Delta_1, the inner boxes
+from the one-step form of the same bound.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+
+import numpy as np
+
+from .._errors import InvalidInputError
+from ..bounds.local import numpy_weights
+from ..bounds.local._enclosure import jacobian_enclosure
+from ..bounds.local._taylor import gram_norm2_upper, nonnegative_norm2_upper, taylor_enclosure
+from ..interval import Interval, isum, linear_combination, round_down, round_up
+from ._blocks import (Activation, AddConstant, Attention, ChannelAffine, ClassToken, FeedForward, Gather, LayerNorm,
+                      Linear, Pool, Residual)
+from ._enclosure import (TINY, U, attention_weights, derivative_interval, enclose, iaffine, imatmul, intersect,
+                         layer_norm_jacobian, layer_norm_parts)
+
+BYTES_PER_ENTRY = 64
+"""Bytes per entry of an interval Jacobian G (lo, hi and the temporaries of one interval product)."""
+GRAM_SIDE_MAX = 1024
+"""Signed 2-norms from the Gram matrix of the shorter side (`gram_norm2_upper`) when that side is at most this."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Domain:
+    """The input domain: x0 (input shape), and r (per-coordinate radii, norm "inf") or eps (norm "2")."""
+
+    x0: np.ndarray
+    radius: np.ndarray  # (n0,) for "inf"; one entry, eps, for "2"
+    norm: str
+
+    def spread(self, G: Interval) -> np.ndarray:
+        """An upper bound on max |(A delta)_i| over A in G and delta in the domain, per row of G (..., n0)."""
+        n = G.shape[-1]
+        margin = 1.0 + 4.0 * (n + 2) * U
+        mag = G.mag
+        if self.norm == "inf":
+            return round_up((mag @ self.radius) * margin + TINY)
+        # ||row||_2 = top sqrt(sum (mag / top)^2): the scaled squares cannot all underflow (the largest is 1);
+        # those that do are covered by n 2^-1074 under the root
+        top = mag.max(-1)
+        safe = np.where(top > 0, top, 1.0)
+        with np.errstate(under="ignore"):
+            roots = np.sqrt(np.square(mag / safe[..., None]).sum(-1) + n * 2.0**-1074)
+        value = round_up(round_up(top * roots * (margin + 4 * U)) * self.radius[0])
+        return round_up(value * (1 + 4 * U) + TINY)
+
+
+@dataclasses.dataclass(frozen=True)
+class PrefixBound:
+    """After one top-level block: a certified bound on Lip_p of the model up to it, its output box's largest radius."""
+
+    block: str
+    value: float
+    output_radius: float
+    seconds: float
+
+
+def jacobian_norm_upper(G: Interval, norm: str) -> float:
+    """max over the interval matrix G (m, n) of ||A||_p, proven: row sums of mag (inf); ||mid|| + ||rad|| or
+    || mag || (2)."""
+    if not (np.all(np.isfinite(G.lo)) and np.all(np.isfinite(G.hi))):
+        return math.inf
+    mag = G.mag
+    if norm == "inf":
+        n = mag.shape[-1]
+        return float(round_up(mag.sum(-1).max() * (1 + 2 * (n + 1) * U) + TINY))
+    value = nonnegative_norm2_upper(mag)
+    if min(mag.shape) <= GRAM_SIDE_MAX:
+        value = min(value, float(round_up(gram_norm2_upper(G.mid) + nonnegative_norm2_upper(G.rad))))
+    return value
+
+
+def memory_estimate(largest_state: int, n0: int, attention_sizes: list[tuple[int, int]]) -> int:
+    """Bytes for the largest G (state entries x n0 inputs) or the largest attention Taylor form ((N D)^2 entries)."""
+    from ..bounds.local import memory_estimate as taylor_memory
+
+    taylor = max((taylor_memory(N, D, seeds="slopes") for N, D in attention_sizes), default=0)
+    return max(BYTES_PER_ENTRY * largest_state * n0, taylor)
+
+
+def attention_jacobian(block: Attention, box: Interval) -> Interval:
+    """[J] (N D, N D) containing J(X) for every X in the box: Taylor form about the midpoint, cut by the direct one."""
+    w = numpy_weights(attention_weights(block))
+    centre = box.mid
+    form = taylor_enclosure(box, centre, w, seeds="slopes", exact_diagonal=False)
+    summed = form.at_centre + form.remainder
+    J = intersect(summed, form.direct) if np.all(np.isfinite(form.direct.lo)) else summed
+    n = box.shape[0] * box.shape[1]
+    return J.reshape(n, n)
+
+
+def apply_jacobian(block: object, box: Interval, G: Interval) -> Interval:
+    """[J_block over box] G for G (R, C, n0), the blocks whose Jacobian needs no enclosure of a nonlinearity beyond
+    the activation's derivative: Gather, Linear, ClassToken, AddConstant, ChannelAffine, Activation, Pool."""
+    n0 = G.shape[-1]
+    if isinstance(block, Gather):
+        flat = G.reshape(-1, n0)
+        index = block.index
+        return Interval(flat.lo[index], flat.hi[index])
+    if isinstance(block, Linear):
+        return iaffine(G.swapaxes(1, 2), block.weight).swapaxes(1, 2)
+    if isinstance(block, ClassToken):
+        zero = np.zeros((1, *G.shape[1:]))
+        return Interval(np.concatenate([zero, G.lo]), np.concatenate([zero, G.hi]))
+    if isinstance(block, AddConstant):
+        return G
+    if isinstance(block, ChannelAffine):
+        return G * np.broadcast_to(block.scale, box.shape)[..., None]
+    if isinstance(block, Activation):
+        return G * derivative_interval(block.kind, box).expand(-1)
+    if isinstance(block, Pool):
+        if block.kind == "cls":
+            return G[:1]
+        return isum(G, axis=0).expand(0) / float(G.shape[0])
+    raise InvalidInputError(f"not a model block: {type(block).__name__}")
+
+
+
+@dataclasses.dataclass(frozen=True)
+class ChainEnclosure:
+    """output(x0) in point; output(x) in box; J(x) in W + err (W an interval matrix) with ||err||_inf <= error_inf and
+    (l_2-ball domains) ||err||_2 <= error_2."""
+
+    domain: Domain
+    point: Interval
+    box: Interval
+    W: Interval  # (m, n0)
+    error_inf: float
+    error_2: float
+    prefixes: tuple[PrefixBound, ...]
+
+    def lipschitz(self, norm: str) -> float:
+        """max ||W||_norm + error: a certified bound on Lip_norm of the model on the domain (norm "inf", or "2" when
+        the domain is the l_2 ball: its error_2 is computed only then)."""
+        if norm == "2" and self.domain.norm != "2":
+            raise InvalidInputError("the 2-norm error term is computed for l_2-ball domains only")
+        error = self.error_inf if norm == "inf" else self.error_2
+        return float(round_up(jacobian_norm_upper(self.W, norm) + error))
+
+    def linear_lower(self, A: np.ndarray) -> np.ndarray:
+        """Certified lower bounds on (A vec(output(x)))_k over the domain, A (K, m) exact floats:
+        a^T y(x0) - spread(a^T W) - ||a||_1 e_inf max_m |delta_m|; and a^T box."""
+        A = np.asarray(A, dtype=np.float64)
+        m = self.W.shape[0]
+        if A.ndim != 2 or A.shape[1] != m or not np.all(np.isfinite(A)):
+            raise InvalidInputError(f"A must be a finite matrix of shape (K, {m}), got {A.shape}")
+        at_point = linear_combination(self.point.reshape(1, m), A)[0]
+        over_box = linear_combination(self.box.reshape(1, m), A)[0]
+        AW = linear_combination(self.W.swapaxes(0, 1), A).swapaxes(0, 1)  # (K, n0)
+        tail = _up(np.abs(A).sum(1) * self.error_inf * float(self.domain.radius.max()), A.shape[1])
+        mean_value = round_down(round_down(at_point.lo - self.domain.spread(AW)) - tail)
+        return np.maximum(mean_value, over_box.lo)
+
+
+def _up(x: np.ndarray | float, n: int) -> np.ndarray:
+    """A float result of n-term sums/products of nonnegative numbers, raised to cover its rounding."""
+    return round_up(np.asarray(x) * (1 + 4 * (n + 2) * U) + n * TINY)
+
+
+def _product_up(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """An entrywise upper bound on A B for nonnegative A, B (the n TINY of `_up` covers products that underflow)."""
+    with np.errstate(under="ignore"):
+        return _up(A @ B, A.shape[-1])
+
+
+@dataclasses.dataclass(frozen=True)
+class Segment:
+    """A product of float matrices A_k .. A_{m+1} as the float product P and bounds on the p-norms (p = 1, inf) of
+    the difference to the exact product: fl(A P) - A P is within gamma_n |A| |P| entrywise, so
+    error'_p <= gamma_n ||A||_p ||P||_p + ||A||_p error_p (p = 1, inf; ||A||_p = || |A| ||_p)."""
+
+    P: np.ndarray
+    error_1: float = 0.0
+    error_inf: float = 0.0
+
+    def times(self, A: np.ndarray) -> "Segment":
+        n = A.shape[1]
+        gamma = 2 * (n + 2) * U
+        a1, ainf = _norm(np.abs(A), "1"), _norm(np.abs(A), "inf")
+        p1, pinf = _norm(np.abs(self.P), "1"), _norm(np.abs(self.P), "inf")
+        with np.errstate(under="ignore"):
+            P = A @ self.P
+        return Segment(P, float(_up(gamma * a1 * p1 + a1 * self.error_1, 3) + n * TINY),
+                       float(_up(gamma * ainf * pinf + ainf * self.error_inf, 3) + n * TINY))
+
+    def norm(self, norm: str, exact: bool = False) -> float:
+        """A certified bound on ||exact product||_norm (2: sqrt(||.||_1 ||.||_inf), or the dense bound when exact)."""
+        if norm in ("1", "inf"):
+            return float(_up(_norm(np.abs(self.P), norm) + (self.error_1 if norm == "1" else self.error_inf), 2))
+        value = float(round_up(math.sqrt(float(_up(self.norm("1") * self.norm("inf"), 1))) * (1 + 4 * U)))
+        if exact and min(self.P.shape) <= GRAM_SIDE_MAX:
+            error = float(round_up(math.sqrt(float(_up(self.error_1 * self.error_inf, 1))) * (1 + 4 * U)))
+            value = min(value, float(_up(jacobian_norm_upper(Interval(self.P, self.P), "2") + error, 2)))
+        return value
+
+
+def _norm(M: np.ndarray | Interval, norm: str) -> float:
+    """Certified ||M||_norm (max over an interval matrix: of its magnitude for p in {1, inf}); M nonnegative or an
+    Interval; "2" only for nonnegative arrays."""
+    mag = M.mag if isinstance(M, Interval) else M
+    if mag.size == 0:
+        return 0.0
+    if norm == "inf":
+        return float(_up(mag.sum(1).max(), mag.shape[1]))
+    if norm == "1":
+        return float(_up(mag.sum(0).max(), mag.shape[0]))
+    return nonnegative_norm2_upper(mag)
+
+
+def _dense(J: Interval, out_shape: tuple[int, ...], in_size: int) -> Interval:
+    """A per-row Jacobian (R, C', C) as the block-diagonal (R C', R C) interval matrix."""
+    R, Cp, C = J.shape
+    lo, hi = np.zeros((R, Cp, R, C)), np.zeros((R, Cp, R, C))
+    index = np.arange(R)
+    lo[index, :, index, :] = J.lo
+    hi[index, :, index, :] = J.hi
+    return Interval(lo.reshape(R * Cp, R * C), hi.reshape(R * Cp, R * C))
+
+
+def _distance(J_box: Interval, A: np.ndarray) -> np.ndarray:
+    """Delta >= |J - A| for J in J_box: the larger end distance, rounded up where not 0 (a float difference is 0
+    only between equal floats, so a 0 is exact; no subnormal 2^-1074 in place of exact zeros, which would slow
+    every later product down)."""
+    d = np.maximum(np.maximum(J_box.hi - A, A - J_box.lo), 0.0)
+    return np.where(d > 0, round_up(d), 0.0)
+
+
+def _centre_and_delta(J_box: Interval, J_point: Interval) -> tuple[np.ndarray, np.ndarray]:
+    """A = mid of the Jacobian at the centre; Delta >= |J - A| over the box's enclosure."""
+    A = J_point.mid
+    return A, _distance(J_box, A)
+
+
+def block_jacobian(block: object, box: Interval, point: Interval) -> tuple[np.ndarray, np.ndarray]:
+    """(A, Delta), dense (m_out, m_in), for one non-residual block over the box (module docstring)."""
+    m_in = int(np.prod(box.shape))
+    if isinstance(block, LayerNorm):
+        y, inv, _ = layer_norm_parts(block, box)
+        y0, inv0, _ = layer_norm_parts(block, point)
+        J_box = layer_norm_jacobian(block, y, inv)
+        J_point = layer_norm_jacobian(block, y0, inv0)
+        return _centre_and_delta(_dense(J_box, box.shape, m_in), _dense(J_point, box.shape, m_in))
+    if isinstance(block, FeedForward):
+        def jacobian(x: Interval) -> Interval:
+            slope = derivative_interval(block.activation, iaffine(x, block.W1, block.b1))
+            return iaffine(slope.expand(1) * block.W2.T[None], block.W1.T)
+        return _centre_and_delta(_dense(jacobian(box), box.shape, m_in), _dense(jacobian(point), box.shape, m_in))
+    if isinstance(block, Attention):
+        J_box = attention_jacobian(block, box)
+        centre = point.mid
+        A = jacobian_enclosure(Interval(centre, centre.copy()), numpy_weights(attention_weights(block))).mid
+        return A.reshape(J_box.shape), _distance(J_box, A.reshape(J_box.shape))
+    eye = np.eye(m_in).reshape(*box.shape, m_in)
+    J = apply_jacobian(block, box, Interval(eye, eye.copy())).reshape(-1, m_in)
+    A = J.mid
+    return A, _distance(J, A)
+
+
+def _compose(first: tuple[np.ndarray, np.ndarray], second: tuple[np.ndarray, np.ndarray]):
+    """g_2 o g_1: (A_2 A_1 (float; its rounding added to Delta), |A_2| Delta_1 + Delta_2 |A_1| + Delta_2 Delta_1)."""
+    (A1, D1), (A2, D2) = first, second
+    with np.errstate(under="ignore"):
+        A = A2 @ A1
+    rounding = _product_up(np.abs(A2), np.abs(A1)) * (2 * (A1.shape[0] + 2) * U)  # gamma_n |A2| |A1|
+    delta = _product_up(np.abs(A2), D1) + _product_up(D2, np.abs(A1)) + _product_up(D2, D1) + rounding
+    return A, _up(delta, 4)
+
+
+@dataclasses.dataclass
+class _Prefix:
+    box: Interval
+    point: Interval
+    W: Interval
+    error_inf: float
+
+
+def _spread(prefix_W: Interval, error_inf: float, domain: Domain) -> np.ndarray:
+    """|W delta|_i + ||err||_inf max_m |delta_m| (max |delta_m| <= max r, or eps for the l_2 ball)."""
+    scale = float(domain.radius.max())
+    return round_up(domain.spread(prefix_W) + _up(error_inf * scale, 1))
+
+
+def _box(naive: Interval, point: Interval, W: Interval, error_inf: float, domain: Domain) -> Interval:
+    spread = _spread(W, error_inf, domain).reshape(point.shape)
+    return intersect(naive, Interval(round_down(point.lo - spread), round_up(point.hi + spread)))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Source:
+    """A block m with Delta_m != 0: Delta_m |W_{m-1}| and the norms the bound uses (fixed once computed)."""
+
+    block: int
+    DW: np.ndarray
+    DW_inf: float
+    D_inf: float
+    DW_2: float = math.inf
+    D_2: float = math.inf
+
+    @staticmethod
+    def of(block: int, delta: np.ndarray, W: Interval, norm: str) -> "_Source":
+        DW = _product_up(delta, W.mag)
+        twos = (_norm(DW, "2"), _norm(delta, "2")) if norm == "2" else (math.inf, math.inf)
+        return _Source(block, DW, _norm(DW, "inf"), _norm(delta, "inf"), *twos)
+
+
+def _widen(W: Interval, E: np.ndarray) -> Interval:
+    return Interval(round_down(W.lo - E), round_up(W.hi + E))
+
+
+def _one_step(state: _Prefix, block: object, domain: Domain) -> tuple[_Prefix, tuple[np.ndarray, np.ndarray]]:
+    """One block with the one-step bound: J in A W + Delta |W| (entrywise) plus (||A|| + ||Delta||) e (inner boxes;
+    state.W already holds the first-order error of the prefix)."""
+    A, delta = block_jacobian(block, state.box, state.point)
+    W = _widen(imatmul(Interval(A, A), state.W), _product_up(delta, state.W.mag))
+    e_inf = float(_up((Segment(A).norm("inf") + _norm(delta, "inf")) * state.error_inf, 2))
+    point = enclose(block, state.point)
+    box = _box(enclose(block, state.box), point, W, e_inf, domain)
+    return _Prefix(box, point, W, e_inf), (A, delta)
+
+
+def enclose_chain(blocks: tuple, x0: np.ndarray, domain: Domain, names: list[str] | None = None,
+                  progress=None) -> ChainEnclosure:
+    """The module docstring's bound for the top-level blocks about the state x0 (R0, C0).
+
+    The first-order part of the error is kept entrywise: sum_m |A_k .. A_{m+1}| Delta_m |W_{m-1}| =: Err_k (m_k x n0),
+    so J_{F_k}(x) lies in [W_k - Err_k, W_k + Err_k] plus a matrix of p-norm at most s_k (the second-order terms
+    ||A_k .. A_{m+1}|| ||Delta_m|| e_{m-1} and the rounding of the float segment products)."""
+    x0 = np.asarray(x0, dtype=np.float64)
+    n0 = x0.size
+    r = domain.radius.reshape(x0.shape) if domain.norm == "inf" else domain.radius[0]
+    box = Interval(round_down(x0 - r), round_up(x0 + r))
+    point = Interval(x0, x0.copy())
+    eye = np.eye(n0)
+    W = Interval(eye, eye.copy())  # the float product W_k (rounding only)
+    widened = W
+    errors_inf, errors_2 = [0.0], [0.0]  # e_k = ||Err_k|| + s_k
+    s_prev = 0.0  # s_{k-1}: the part of the prefix's error not in `widened`
+    sources: list[_Source] = []  # the blocks with Delta_m != 0
+    segments: list[Segment] = []  # A_k .. A_{m+1} for each source, updated per block
+    prefixes = []
+    for k, block in enumerate(blocks):
+        t = time.perf_counter()
+        if isinstance(block, Residual):
+            state = _Prefix(box, point, widened, s_prev)
+            A_inner, D_inner = None, None
+            for sub in block.inner:
+                state, (A, D) = _one_step(state, sub, domain)
+                A_inner, D_inner = (A, D) if A_inner is None else _compose((A_inner, D_inner), (A, D))
+            eye_k = np.eye(A_inner.shape[0])
+            A = A_inner + eye_k
+            delta = _up(D_inner + np.abs(A - A_inner - eye_k) + np.abs(A) * U, 2)  # the rounding of + I
+            out_point, naive = point + state.point, box + state.box
+        else:
+            A, delta = block_jacobian(block, box, point)
+            out_point, naive = enclose(block, point), enclose(block, box)
+        segments = [P.times(A) for P in segments]
+        if np.any(delta > 0):
+            sources.append(_Source.of(k, delta, W, domain.norm))
+            segments.append(Segment(np.eye(A.shape[0])))
+        W = imatmul(Interval(A, A), W)
+        Err = np.zeros(W.shape)
+        s_inf, s_2 = 0.0, 0.0
+        last = k == len(blocks) - 1
+        for source, P in zip(sources, segments):
+            Err = Err + _product_up(np.abs(P.P), source.DW)
+            s_inf += P.error_inf * source.DW_inf + P.norm("inf") * source.D_inf * errors_inf[source.block]
+            if domain.norm == "2":  # the dense 2-norm of a segment only at the output (few rows)
+                rounding = float(round_up(math.sqrt(float(_up(P.error_1 * P.error_inf, 1)))))
+                s_2 += rounding * source.DW_2 + P.norm("2", exact=last) * source.D_2 * errors_2[source.block]
+        Err = _up(Err, 2 * len(sources) + 1)
+        s_inf, s_2 = float(_up(s_inf, 4 * len(sources) + 1)), float(_up(s_2, 4 * len(sources) + 1))
+        widened = _widen(W, Err)
+        s_prev = s_inf
+        errors_inf.append(float(_up(_norm(Err, "inf") + s_inf, 2)))
+        errors_2.append(float(_up(_norm(Err, "2") + s_2, 2)) if domain.norm == "2" else math.inf)
+        point = out_point
+        box = _box(naive, point, widened, s_inf, domain)
+        value = float(round_up(jacobian_norm_upper(widened, domain.norm) + (s_inf if domain.norm == "inf" else s_2)))
+        prefixes.append(PrefixBound(names[k] if names else type(block).__name__, value, float(np.max(box.rad)),
+                                    time.perf_counter() - t))
+        if progress is not None:
+            progress(k)
+    return ChainEnclosure(domain, point, box, widened, s_inf, s_2, tuple(prefixes))
+
