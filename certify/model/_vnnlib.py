@@ -16,7 +16,8 @@ and the property holds (VNN-COMP "unsat") when no x reaches it. `decide` proves 
     \\forall c, d\\ \\exists k: \\quad \\underline{m}_k \\le \\min_{x \\in [l_c, u_c]} (A_{cd}\\, y(x))_k
     \\quad\\text{and}\\quad \\underline{m}_k > (b_{cd})_k,
 
-with m a sound lower bound from the caller (then no x of the box has A y <= b, as row k fails).
+with m a sound lower bound from the caller (then no x of the box has A y <= b, as row k fails; for a strict row,
+A y < b, m_k >= b_k suffices).
 
 Supported subset (anything else raises `InvalidInputError` naming the line and the expression):
 
@@ -34,8 +35,8 @@ Supported subset (anything else raises `InvalidInputError` naming the line and t
 
 Numbers and soundness. Numerals are read exactly (as fractions) and combined exactly; the float64 box is rounded
 outward and b upward, so the float sets contain the file's whenever A's coefficients are binary64 numbers
-(integers, halves, ... as in every VNN-COMP property we know; other coefficients are rounded to nearest, the one
-approximation). Strict inequalities are read as non-strict: the non-strict unsafe set contains the strict one, so
+(integers, halves, ...; the usual robustness properties have only 1 and -1; other coefficients are rounded to
+nearest, the one approximation). Strict inequalities are read as non-strict: the non-strict unsafe set contains the strict one, so
 proving it empty is stronger. A bound that is strict or was rounded is flagged (`Case.open_lo`, `open_hi`,
 `strict`), and a counterexample is searched for and checked inside the float64 sets that lie within the file's.
 """
@@ -63,7 +64,6 @@ from ._forward import forward
 MAX_TERMS = 100_000  # conjunctions after expanding the ors (the cross product can explode)
 IGNORED = ("set-logic", "set-info", "set-option", "check-sat", "get-model", "exit")
 COMPARISONS = ("<=", ">=", "<", ">", "=")
-STATUSES = ("verified", "falsified", "unknown")
 _NUMERAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 _NAME = re.compile(r"([XY])_(\d+)")
 _TOKEN = re.compile(r";[^\n]*|\(|\)|[^\s();]+")
@@ -592,7 +592,8 @@ def decide(prop: VnnlibProperty, lower_bounds: LowerBounds, counterexample: Sear
     Args:
         prop: a `VnnlibProperty`.
         lower_bounds: ``(x_lo, x_hi, A) -> m`` with m_k <= min over the box of (A y(x))_k, a SOUND bound (it is
-            trusted; verified is only as sound as it). Called once per case with the disjuncts' rows stacked.
+            trusted; verified is only as sound as it). Called once per case, on its outward-rounded box
+            (`Case.input_lo`, `input_hi`), with the rows of all its disjuncts stacked; NaN never refutes.
         counterexample: optional search ``(x_lo, x_hi, A, b) -> x or None`` over the closed box of
             `Case.search_box` for A y(x) <= b (b = `Case.search_rhs`), tried on each disjunct not refuted.
         forward: ``x (n_in,) -> y (n_out,)`` in float64, the model itself; required with ``counterexample``.
