@@ -1,5 +1,6 @@
 """Whole models as data (`Model`, a tuple of blocks), importers from torch and ONNX, and certified local Lipschitz
-constants of the whole model on an eps-ball (`certify_model`)."""
+constants of the whole model on an eps-ball (`certify_model`); VNNLIB properties read and decided (`read_vnnlib`,
+`decide`)."""
 
 from ._blocks import (
     Activation as Activation,
@@ -31,3 +32,17 @@ from ._certify import (
 )
 from ._jacobian_chain import ChainEnclosure as ChainEnclosure
 from ._jacobian_chain import PrefixBound as PrefixBound
+from ._vnnlib import (
+    Case as Case,
+    CaseResult as CaseResult,
+    DisjunctResult as DisjunctResult,
+    VnnlibProperty as VnnlibProperty,
+    VnnlibResult as VnnlibResult,
+    Witness as Witness,
+    check_witness as check_witness,
+    decide as decide,
+    model_output as model_output,
+    pgd_counterexample as pgd_counterexample,
+    read_vnnlib as read_vnnlib,
+    write_vnnlib as write_vnnlib,
+)
