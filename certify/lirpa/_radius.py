@@ -34,12 +34,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from typing import Callable
 
 import torch
 from torch import nn
 
-from .._domain import Ball, EpsBall
+from .._domain import EpsBall
+from .._bisection import largest_certified as largest_certified
 from .._errors import InvalidInputError
 from ..adversarial import LOCAL_LOWER_SEARCH
 from ..bounds import castin_bound, factorised_bound, local_bound, paper_bound, round_up
@@ -62,42 +62,6 @@ class Radius:
     seconds: float
     certified: bool
     details: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
-
-
-def largest_certified(test: Callable[[float], bool], start: float, steps: int = 12,
-                      max_brackets: int = 30) -> tuple[float, int]:
-    """(r, calls): the largest r found with test(r) true, by doubling / quartering from ``start`` then bisection.
-
-    Returns 0.0 if no tested radius passes. Only radii at which ``test`` returned True are ever returned, so the
-    result is certified even if ``test`` is not monotone.
-    """
-    calls, r = 0, float(start)
-    lo: float | None = None
-    hi: float | None = None
-    for _ in range(max_brackets):
-        calls += 1
-        if test(r):
-            lo = r
-            if hi is not None:
-                break
-            r *= 2.0
-        else:
-            hi = r
-            if lo is not None:
-                break
-            r /= 4.0
-    if lo is None:
-        return 0.0, calls
-    if hi is None:
-        return lo, calls
-    for _ in range(steps):
-        mid = 0.5 * (lo + hi)
-        calls += 1
-        if test(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo, calls
 
 
 def _logits(model: nn.Module, X: torch.Tensor) -> torch.Tensor:

@@ -141,8 +141,8 @@ def model_enclosure(model: Model, x0: Any, eps: float | np.ndarray, norm: str = 
     if radius.ndim and (norm != "inf" or radius.shape != tuple(model.input_shape)):
         raise InvalidInputError(f"eps must be a number (or, for norm 'inf', an array of shape {model.input_shape}), "
                                 f"got shape {radius.shape}")
-    if not (np.all(np.isfinite(radius)) and np.all(radius >= 0) and radius.size and np.any(radius > 0)):
-        raise InvalidInputError("eps must be finite, >= 0 and not all 0")
+    if not (np.all(np.isfinite(radius)) and np.all(radius >= 0) and (radius.ndim or radius > 0)):
+        raise InvalidInputError("eps must be finite and > 0 (an array of radii: >= 0)")
     radius = np.broadcast_to(radius, x.shape).reshape(-1).copy() if norm == "inf" else radius.reshape(1)
     need = chain_memory(model)
     if need > CHAIN_MEMORY_LIMIT:

@@ -1,0 +1,85 @@
+"""Certified robustness radii and VNNLIB answers for whole models, from the first-order enclosure of the model
+(`_jacobian_chain.ChainEnclosure.linear_lower`).
+
+The prediction is constant on the ball {||x - x0||_p <= eps} when every margin y_label(x) - y_j(x) (j != label) has
+a certified positive lower bound there; the radius is the largest eps found so (`largest_certified`: only radii at
+which the test passed are returned, so the value is certified even though the test is not monotone in eps).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from .._bisection import largest_certified
+from .._errors import InvalidInputError
+from ._blocks import Model
+from ._certify import model_enclosure
+from ._forward import forward
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelRadius:
+    """The label is constant on the l_norm ball of radius ``value`` about the input (label 'certified')."""
+
+    value: float
+    norm: str
+    label: int
+    calls: int
+    seconds: float
+    kind: str = "certified"
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def margin_rows(classes: int, label: int) -> np.ndarray:
+    """A (classes - 1, classes): row j is e_label - e_j for j != label."""
+    rows = [np.eye(classes)[label] - np.eye(classes)[j] for j in range(classes) if j != label]
+    return np.array(rows)
+
+
+def _classes(model: Model, x0: Any) -> tuple[int, np.ndarray]:
+    y = forward(model, x0)[0].numpy().reshape(-1)
+    if y.size < 2:
+        raise InvalidInputError(f"a robustness radius needs at least 2 outputs (classes), the model has {y.size}")
+    return y.size, y
+
+
+def certified_radius(model: Model, x0: Any, norm: str = "inf", label: int | None = None, *, start: float = 1e-5,
+                     steps: int = 8) -> ModelRadius:
+    """The largest eps found at which every margin y_label - y_j is certified positive on the eps-ball (0 when none
+    is, e.g. when ``label`` (default: the float64 prediction) is not the prediction)."""
+    begin = time.perf_counter()
+    classes, y = _classes(model, x0)
+    label = int(np.argmax(y)) if label is None else int(label)
+    if not 0 <= label < classes:
+        raise InvalidInputError(f"label must lie in [0, {classes}), got {label}")
+    A = margin_rows(classes, label)
+
+    def test(eps: float) -> bool:
+        lower = model_enclosure(model, x0, eps, norm).linear_lower(A)
+        return bool(np.all(lower > 0))
+
+    value, calls = largest_certified(test, start=start, steps=steps)
+    return ModelRadius(float(value), norm, label, calls, time.perf_counter() - begin)
+
+
+def vnnlib_bounds(model: Model) -> Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
+    """``lower_bounds(x_lo, x_hi, A)`` for `decide`: certified lower bounds on A y(x) over the input box (inputs
+    X_i in the row-major order of ``model.input_shape``), from the enclosure about the box's midpoint."""
+    n = int(np.prod(model.input_shape))
+
+    def lower_bounds(x_lo: np.ndarray, x_hi: np.ndarray, A: np.ndarray) -> np.ndarray:
+        if x_lo.shape != (n,) or x_hi.shape != (n,):
+            raise InvalidInputError(f"the property has {x_lo.size} inputs, the model {n}")
+        centre = np.clip(0.5 * x_lo + 0.5 * x_hi, x_lo, x_hi)
+        radius = np.maximum(x_hi - centre, centre - x_lo)
+        radius = np.nextafter(radius, np.inf) * (radius > 0)  # covers the rounding of the differences
+        shape = tuple(model.input_shape)
+        return model_enclosure(model, centre.reshape(shape), radius.reshape(shape), "inf").linear_lower(A)
+
+    return lower_bounds

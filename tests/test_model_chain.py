@@ -1,0 +1,221 @@
+"""The model's Jacobian enclosed as one product (certify_model(method="jacobian")), robustness radii and VNNLIB
+answers from it: soundness against attained values, convergence as eps -> 0, and a dropped remainder caught."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from certify._errors import InvalidInputError
+from certify.bounds.local._taylor import gram_norm2_upper
+from certify.cli import main
+from certify.model import (Linear, Model, Pool, certified_radius, certify_model, decide, forward, from_torch,
+                           model_enclosure, model_output, pgd_counterexample, read_vnnlib, vnnlib_bounds,
+                           write_vnnlib)
+from certify.model import _jacobian_chain
+
+
+def tiny_model(seed: int, N: int = 3, D: int = 6, H: int = 2, norm_first: bool = True, activation: str = "gelu",
+               classes: int = 0, scale: float = 1.0) -> Model:
+    """One torch encoder layer (biases, LayerNorm), optionally + mean pooling + a linear head; weights * scale."""
+    torch.manual_seed(seed)
+    layer = torch.nn.TransformerEncoderLayer(D, H, 2 * D, dropout=0.0, activation=activation, norm_first=norm_first,
+                                             batch_first=True).eval()
+    with torch.no_grad():
+        for p in layer.parameters():
+            if p.ndim == 2:
+                p.mul_(scale)
+    model = from_torch(layer, (N, D))
+    if classes:
+        rng = np.random.default_rng(seed)
+        head = Linear(rng.standard_normal((D, classes)), rng.standard_normal(classes))
+        model = Model(model.blocks + (Pool("mean"), head), (N, D))
+    return model
+
+
+def jacobian_norm(model: Model, x: torch.Tensor, norm: str) -> float:
+    shape = x.shape
+    J = torch.func.jacrev(lambda v: forward(model, v.reshape(shape)).reshape(-1))(x.reshape(-1))
+    return float(J.abs().sum(1).max() if norm == "inf" else torch.linalg.matrix_norm(J, 2))
+
+
+def ball_points(x0: torch.Tensor, eps: float, norm: str, count: int, seed: int) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    points = []
+    for _ in range(count):
+        d = torch.rand(x0.shape, generator=g, dtype=torch.float64) * 2 - 1
+        if norm == "inf":
+            d = d.sign()
+        else:
+            d = d / d.norm()
+        points.append(x0 + eps * d)
+    return points
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10**6), N=st.integers(2, 3), D=st.sampled_from([4, 6]), H=st.sampled_from([1, 2]),
+       norm_first=st.booleans(), activation=st.sampled_from(["relu", "gelu"]),
+       eps=st.sampled_from([1e-4, 1e-3, 1e-2, 1e-1]), norm=st.sampled_from(["inf", "2"]))
+def test_jacobian_method_is_sound(seed, N, D, H, norm_first, activation, eps, norm):
+    """Every attained ||J(x)|| (centre, ball points), output and linear form at those points respects the enclosure."""
+    model = tiny_model(seed, N, D, H, norm_first, activation, classes=3)
+    x0 = torch.randn(N, D, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    enclosure = model_enclosure(model, x0, eps, norm)
+    value = enclosure.lipschitz(norm)
+    A = np.random.default_rng(seed).standard_normal((4, 3))
+    lower = enclosure.linear_lower(A)
+    for x in [x0] + ball_points(x0, eps, norm, 4, seed):
+        assert jacobian_norm(model, x, norm) <= value
+        y = forward(model, x)[0].numpy().reshape(-1)
+        assert np.all(enclosure.box.lo.reshape(-1) <= y) and np.all(y <= enclosure.box.hi.reshape(-1))
+        assert np.all(lower <= A @ y + 1e-12 * np.abs(A) @ np.abs(y))
+
+
+def test_jacobian_method_tends_to_the_centre_norm():
+    model = tiny_model(1, classes=3)
+    x0 = torch.randn(3, 6, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    for norm in ("inf", "2"):
+        exact = jacobian_norm(model, x0, norm)
+        ratios = [certify_model(model, x0, eps, norm).value / exact for eps in (1e-3, 1e-5, 1e-7)]
+        assert ratios[0] >= ratios[1] >= ratios[2] >= 1.0
+        assert ratios[2] < 1.0 + 1e-4, ratios
+
+
+def test_jacobian_method_beats_the_product_at_small_eps():
+    model = tiny_model(2, classes=3)
+    x0 = torch.randn(3, 6, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    for norm in ("inf", "2"):
+        chain = certify_model(model, x0, 1e-4, norm)
+        product = certify_model(model, x0, 1e-4, norm, method="product")
+        assert chain.method == "jacobian" and product.method == "product"
+        assert chain.value < product.value
+
+
+def test_a_dropped_remainder_is_caught(monkeypatch):
+    """With Delta = 0 (no remainder for the Jacobian's movement) the same soundness check fails on a wide ball."""
+    original = _jacobian_chain.block_jacobian
+
+    def no_remainder(block, box, point):
+        A, delta = original(block, box, point)
+        return A, 0.0 * delta
+
+    monkeypatch.setattr(_jacobian_chain, "block_jacobian", no_remainder)
+    broken = 0
+    for seed in range(4):
+        model = tiny_model(seed, classes=3, scale=2.0)
+        x0 = torch.randn(3, 6, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+        value = model_enclosure(model, x0, 0.3, "inf").lipschitz("inf")
+        attained = max(jacobian_norm(model, x, "inf") for x in [x0] + ball_points(x0, 0.3, "inf", 16, seed))
+        broken += attained > value
+    assert broken >= 1
+
+
+@settings(max_examples=25, deadline=None)
+@given(m=st.integers(1, 40), n=st.integers(1, 40), seed=st.integers(0, 10**6),
+       exponent=st.sampled_from([-300, -20, 0, 20, 300]))
+def test_gram_norm2_upper_bounds_the_2_norm(m, n, seed, exponent):
+    C = np.random.default_rng(seed).standard_normal((m, n)) * 10.0**exponent
+    exact = np.linalg.norm(C, 2)
+    bound = gram_norm2_upper(C)
+    assert exact <= bound <= exact * 1.01 + 1e-300
+
+
+def test_certified_radius_is_not_broken_by_an_attack():
+    model = tiny_model(3, classes=3)
+    for seed in range(2):
+        x0 = torch.randn(3, 6, generator=torch.Generator().manual_seed(10 + seed), dtype=torch.float64)
+        for norm in ("inf", "2"):
+            radius = certified_radius(model, x0, norm, steps=3)
+            y0 = forward(model, x0)[0].numpy().reshape(-1)
+            assert radius.label == int(np.argmax(y0)) and radius.kind == "certified" and radius.value > 0
+            if norm == "inf":  # the attack: minimise every margin over the box of the radius
+                x = x0.numpy().reshape(-1)
+                for j in range(3):
+                    if j == radius.label:
+                        continue
+                    A = (np.eye(3)[radius.label] - np.eye(3)[j])[None]  # unsafe: y_label - y_j <= 0
+                    hit = pgd_counterexample(model, x - radius.value, x + radius.value, A, np.zeros(1))
+                    assert hit is None
+            for x in ball_points(x0, radius.value, norm, 8, seed):
+                assert int(np.argmax(forward(model, x)[0].numpy().reshape(-1))) == radius.label
+            wrong = (radius.label + 1) % 3
+            assert certified_radius(model, x0, norm, label=wrong, steps=3).value == 0.0
+
+
+def test_vnnlib_answers_from_the_enclosure(tmp_path):
+    model = tiny_model(4, classes=3)
+    x = torch.randn(3, 6, generator=torch.Generator().manual_seed(4), dtype=torch.float64).numpy().reshape(-1)
+    label = int(np.argmax(model_output(model, x)))
+    small, wide = tmp_path / "small.vnnlib", tmp_path / "wide.vnnlib"
+    write_vnnlib(small, x - 1e-4, x + 1e-4, label, 3)
+    write_vnnlib(wide, x - 50.0, x + 50.0, label, 3)
+    search = lambda lo, hi, A, b: pgd_counterexample(model, lo, hi, A, b)  # noqa: E731
+    forward64 = lambda v: model_output(model, v)  # noqa: E731
+    assert decide(read_vnnlib(small, 18, 3), vnnlib_bounds(model), search, forward64).status == "verified"
+    assert decide(read_vnnlib(wide, 18, 3), vnnlib_bounds(model), search, forward64).status in ("falsified",
+                                                                                              "unknown")
+    with pytest.raises(InvalidInputError, match="inputs"):
+        vnnlib_bounds(model)(np.zeros(5), np.ones(5), np.eye(3))
+
+
+def test_model_enclosure_rejects_bad_radii():
+    model = tiny_model(0)
+    x0 = np.zeros((3, 6))
+    for eps in (0.0, -1.0, float("nan")):
+        with pytest.raises(InvalidInputError):
+            model_enclosure(model, x0, eps, "inf")
+    with pytest.raises(InvalidInputError, match="shape"):
+        model_enclosure(model, x0, np.ones((2, 6)), "inf")
+    with pytest.raises(InvalidInputError, match="2-norm"):
+        model_enclosure(model, x0, 1e-3, "inf").lipschitz("2")
+    with pytest.raises(InvalidInputError, match="method"):
+        certify_model(model, x0, 1e-3, "inf", method="magic")
+
+
+def _onnx_classifier(tmp_path):
+    torch.manual_seed(0)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.TransformerEncoderLayer(6, 2, 12, dropout=0.0, batch_first=True, norm_first=True)
+            self.head = torch.nn.Linear(6, 3)
+
+        def forward(self, x):
+            return self.head(self.layer(x).mean(1))
+
+    net = Net().eval()
+    x = torch.randn(1, 3, 6)
+    path = str(tmp_path / "net.onnx")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(net, (x,), path, dynamo=False, opset_version=17, input_names=["x"], output_names=["y"])
+    np.save(tmp_path / "x.npy", x[0].numpy())
+    return path, x[0].numpy().astype(np.float64)
+
+
+def test_cli_model_radius_and_vnnlib(tmp_path, capsys):
+    path, x = _onnx_classifier(tmp_path)
+    out = tmp_path / "out.json"
+    assert main(["model", path, "--input", str(tmp_path / "x.npy"), "--eps", "1e-3", "--radius", "--no-attained",
+                 "--json", str(out), "--quiet"]) == 0
+    data = json.loads(out.read_text())
+    assert data["certified"]["method"] == "jacobian" and data["radius"]["value"] > 0
+    from certify.model import from_onnx
+
+    model = from_onnx(path)[0]
+    label = int(np.argmax(model_output(model, x.reshape(-1))))
+    prop = tmp_path / "p.vnnlib"
+    write_vnnlib(prop, x.reshape(-1) - 1e-5, x.reshape(-1) + 1e-5, label, 3)
+    out2 = tmp_path / "v.json"
+    assert main(["model", path, "--vnnlib", str(prop), "--json", str(out2), "--quiet"]) == 0
+    assert json.loads(out2.read_text())["vnnlib"]["status"] == "verified"
+    assert main(["model", path, "--quiet"]) == 2
+    assert "--vnnlib" in capsys.readouterr().err
