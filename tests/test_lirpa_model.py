@@ -281,6 +281,8 @@ def test_model_crown_radius_rejects_bad_input():
     one_output = Model((Pool("mean"), Linear(np.ones((6, 1)))), (4, 6))
     with pytest.raises(InvalidInputError, match="at least two classes"):
         lirpa.crown_margins(one_output, x0, 0.1, "2", 0)
+    with pytest.raises(InvalidInputError, match="at least two classes"):
+        lirpa.model_crown_radius(one_output, x0, "2")
 
 
 def test_unsupported_operation_is_named(monkeypatch):

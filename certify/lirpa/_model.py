@@ -318,7 +318,6 @@ def _lirpa_errors(stage: str, method: str) -> None:
     logger = logging.getLogger("auto_LiRPA")
     handler = Collect(logging.ERROR)
     logger.addHandler(handler)
-    propagate, logger.propagate = logger.propagate, False
     try:
         yield
     except (InvalidInputError, KeyboardInterrupt):
@@ -336,7 +335,6 @@ def _lirpa_errors(stage: str, method: str) -> None:
         raise SolverError(f"auto_LiRPA failed while {stage} ({method}): {cause}") from None
     finally:
         logger.removeHandler(handler)
-        logger.propagate = propagate
 
 
 def _where(error: BaseException) -> str:
@@ -402,12 +400,12 @@ def model_crown_radius(model: Model, x0: torch.Tensor | np.ndarray, norm: str, l
         raise InvalidInputError(f"steps must be a non-negative integer, got {steps!r}")
     with torch.no_grad():
         logits = forward(model, x).reshape(-1)
-    label = int(logits.argmax()) if label is None else _check_label(label, logits.numel())
+    label = _check_label(int(logits.argmax()) if label is None else label, logits.numel())
     others = [j for j in range(logits.numel()) if j != label]
     margins = (logits[label] - logits[others]).numpy()
     name = f"auto_LiRPA-{method}"
     details = {"label": label, "margins": margins}
-    if margins.size and margins.min() <= 0:
+    if margins.min() <= 0:
         return Radius(name, norm, 0.0, time.perf_counter() - begin, False, {**details, "misclassified": True})
     bounder = _Bounder(export_model(model), x, method)
     C = specification(label, logits.numel())
