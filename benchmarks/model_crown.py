@@ -38,7 +38,7 @@ def pgd_margin(model, x0: torch.Tensor, label: int, eps: float, norm: str, steps
         others = logits.clone()
         others[:, label] = -float("inf")
         margin = logits[:, label] - others.max(dim=1).values
-        best = min(best, float(margin.min()))
+        best = min(best, float(margin.detach().min()))
         (grad,) = torch.autograd.grad(margin.sum(), delta)
         with torch.no_grad():
             if norm == "inf":

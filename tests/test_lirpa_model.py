@@ -285,6 +285,19 @@ def test_model_crown_radius_rejects_bad_input():
         lirpa.model_crown_radius(one_output, x0, "2")
 
 
+def test_overflow_on_a_wide_ball_is_an_error_for_margins_and_a_failed_test_for_radii():
+    """At eps = 1 the logits' bounds reach 1e6 and auto_LiRPA's softmax overflows (inf / inf): its margin bounds are
+    NaN. crown_margins says so; the radius search counts the eps as not proved and goes on below it."""
+    model = encoder("relu", True)
+    x0 = torch.randn(model.input_shape, generator=torch.Generator().manual_seed(5), dtype=F64)
+    label = int(forward(model, x0).reshape(-1).argmax())
+    with pytest.raises(SolverError, match="NaN margin bounds .* overflowed"):
+        lirpa.crown_margins(model, x0, 1.0, "inf", label)
+    radius = lirpa.model_crown_radius(model, x0, "inf", start=1.0, steps=0)
+    assert 0 < radius.value < 1.0
+    assert (lirpa.crown_margins(model, x0, radius.value, "inf", label) > 0).all()
+
+
 def test_unsupported_operation_is_named(monkeypatch):
     """Without our custom op auto_LiRPA cannot convert the GELU node: the error names it (from auto_LiRPA's log)."""
     monkeypatch.setattr(_model, "CUSTOM_OPS", {})

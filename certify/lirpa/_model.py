@@ -6,7 +6,8 @@ operations that auto_LiRPA 0.3 can bound:
 
 - `Gather`: vec(S) G with the 0/1 selection matrix G (exact, and sound for repeated indices, which
   auto_LiRPA's Gather, a scatter, is not);
-- `LayerNorm`: mean, subtract, square, mean, + eps, sqrt, reciprocal, multiply. auto_LiRPA 0.3 has no
+- `LayerNorm`: mean, subtract, square, mean, relu (the identity on a variance; it keeps its lower bound >= 0),
+  + eps, sqrt, reciprocal, multiply. auto_LiRPA 0.3 has no
   LayerNormalization op, and its ``BoundDiv.forward`` replaces any ``x / sqrt(.)`` by an ad-hoc layer-norm
   formula without eps, so the division is written as a product with the reciprocal;
 - `Attention`: per head softmax(scale Q K^T) V with auto_LiRPA's softmax (decomposed with a fixed max index: the
@@ -102,7 +103,8 @@ class _Affine(nn.Module):
 
 
 class _LayerNorm(nn.Module):
-    """gamma (x - mean x) / sqrt(var x + eps) + beta per row, as mean / sub / square / sqrt / reciprocal / mul."""
+    """gamma (x - mean x) / sqrt(relu(var x) + eps) + beta per row: mean / sub / square / relu / sqrt / reciprocal /
+    mul."""
 
     def __init__(self, block: LayerNorm) -> None:
         super().__init__()
@@ -110,7 +112,9 @@ class _LayerNorm(nn.Module):
 
     def forward(self, S: torch.Tensor) -> torch.Tensor:
         centred = S - S.mean(dim=-1, keepdim=True)
-        variance = (centred * centred).mean(dim=-1, keepdim=True)
+        # relu: the identity on the (non-negative) variance, but it keeps the variance's lower bound >= 0 under
+        # bound propagation, so that sqrt(. + eps) stays >= sqrt(eps) > 0 instead of NaN on wide balls
+        variance = torch.relu((centred * centred).mean(dim=-1, keepdim=True))
         return centred * torch.reciprocal(torch.sqrt(variance + self.eps)) * self.gamma + self.beta
 
 
@@ -366,10 +370,7 @@ class _Bounder:
         with float64_default(), _lirpa_errors(f"bounding the margins at eps = {eps:g}, norm {norm}", self.method):
             lower, _ = compute(self.bounded, (_compat.BoundedTensor(self.x, perturbation(eps, norm)),), self.method,
                                C=C, upper=False)
-        lower = lower.reshape(-1).numpy()
-        if np.isnan(lower).any():
-            raise SolverError(f"auto_LiRPA returned NaN margin bounds ({self.method}, eps = {eps:g}, norm {norm})")
-        return lower
+        return lower.reshape(-1).numpy()  # NaN where auto_LiRPA's arithmetic overflowed (inf - inf)
 
 
 def crown_margins(model: Model, x0: torch.Tensor | np.ndarray, eps: float, norm: str, label: int,
@@ -383,7 +384,11 @@ def crown_margins(model: Model, x0: torch.Tensor | np.ndarray, eps: float, norm:
     eps = _check_eps(eps)
     module = export_model(model)
     C = specification(_check_label(label, module.outputs), module.outputs)
-    return _Bounder(module, x, method).margins(eps, norm, C)
+    lower = _Bounder(module, x, method).margins(eps, norm, C)
+    if np.isnan(lower).any():
+        raise SolverError(f"auto_LiRPA returned NaN margin bounds ({method}, eps = {eps:g}, norm {norm}): its "
+                          "arithmetic overflowed; the ball is too large for bound propagation on this model")
+    return lower
 
 
 def model_crown_radius(model: Model, x0: torch.Tensor | np.ndarray, norm: str, label: int | None = None,
@@ -410,7 +415,7 @@ def model_crown_radius(model: Model, x0: torch.Tensor | np.ndarray, norm: str, l
     bounder = _Bounder(export_model(model), x, method)
     C = specification(label, logits.numel())
 
-    def test(eps: float) -> bool:
+    def test(eps: float) -> bool:  # NaN bounds (overflow on a wide ball) prove nothing: the test fails
         return bool((bounder.margins(eps, norm, C) > 0).all())
 
     radius, calls = largest_certified(test, start=float(start), steps=steps)
