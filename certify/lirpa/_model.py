@@ -4,12 +4,14 @@
 ``nn.Module`` from inputs (B, *input_shape) to logits (B, K) (the final state flattened row-major), with only
 operations that auto_LiRPA 0.3 can bound:
 
-- `Gather`: vec(S) G with the 0/1 selection matrix G (exact, and sound for repeated indices, which
-  auto_LiRPA's Gather, a scatter, is not);
-- `LayerNorm`: mean, subtract, square, mean, relu (the identity on a variance; it keeps its lower bound >= 0),
-  + eps, sqrt, reciprocal, multiply. auto_LiRPA 0.3 has no
-  LayerNormalization op, and its ``BoundDiv.forward`` replaces any ``x / sqrt(.)`` by an ad-hoc layer-norm
-  formula without eps, so the division is written as a product with the reciprocal;
+- `Gather`: vec(S) G with the 0/1 selection matrix G (exact; auto_LiRPA's Gather back-propagates with a scatter
+  that overwrites rather than adds, which would drop coefficients of repeated indices);
+- `ClassToken`: [0 S[:1] + c; S] (exactly c): ``expand`` traces to Equal / Where shape arithmetic, through which
+  auto_LiRPA 0.3 propagates no intervals (IBP failed);
+- `LayerNorm`: mean, subtract, square, mean, relu (the identity on a variance; it keeps its lower bound >= 0 so
+  sqrt(. + eps) stays positive), + eps, sqrt, reciprocal, multiply. auto_LiRPA 0.3 has no LayerNormalization op,
+  and its ``BoundDiv.forward`` replaces any ``x / sqrt(.)`` by an ad-hoc layer-norm formula without eps, so the
+  division is written as a product with the reciprocal;
 - `Attention`: per head softmax(scale Q K^T) V with auto_LiRPA's softmax (decomposed with a fixed max index: the
   ReduceMax soundness patch of `_compat` applies); the causal mask adds ``CAUSAL_MASK`` = -1e9 to the masked
   logits, whose exponentials are then exactly 0 in float64, as in `certify.model.forward`'s -inf;
@@ -20,6 +22,9 @@ operations that auto_LiRPA 0.3 can bound:
 {||x - x0||_norm <= eps}, by the specification matrix C with rows e_label - e_j. `model_crown_radius` finds the
 largest eps at which all of them are positive (`largest_certified`). auto_LiRPA computes in float64 without outward
 rounding, so these are "bound propagation, float64": sound in exact arithmetic, never `certified` (`_bounds`).
+On wide balls auto_LiRPA's softmax overflows (exp of logit bounds near 1e6) and its bounds are NaN: an error in
+`crown_margins`, an eps not proved in the radius search. Failures inside auto_LiRPA become one `SolverError` that
+names the failing node (or the operations it cannot convert, or "out of memory").
 """
 
 from __future__ import annotations
