@@ -1,4 +1,5 @@
-"""The auto_LiRPA bridge: bound-propagation certificates (IBP, CROWN) beside ours, on the same layers and balls.
+"""The auto_LiRPA bridge: bound-propagation certificates (IBP, CROWN) beside ours, on the same layers and balls,
+and on whole `certify.model.Model`s (`export_model`, `crown_margins`, `model_crown_radius`).
 
 Importing this package imports auto_LiRPA 0.3 with the compatibility patches of MATH.md section 8 (`_compat`),
 and raises `LirpaUnavailableError` (a `CertifyError`) if auto_LiRPA is missing or of another version.
@@ -25,6 +26,12 @@ from ._radius import (
     crown_radius as crown_radius,
     largest_certified as largest_certified,
     lipschitz_radius as lipschitz_radius,
+)
+from ._model import (
+    LirpaModel as LirpaModel,
+    crown_margins as crown_margins,
+    export_model as export_model,
+    model_crown_radius as model_crown_radius,
 )
 from ._compare import (
     Comparison as Comparison,

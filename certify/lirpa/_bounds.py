@@ -62,22 +62,31 @@ def perturbation(eps: float, p: str):
     return _compat.PerturbationLpNorm(norm=math.inf if p == "inf" else 2.0, eps=float(eps))
 
 
-def bounded_module(module: nn.Module, inputs: tuple[torch.Tensor, ...]):
-    """auto_LiRPA's BoundedModule with the options of MATH.md section 8 (tracing warnings silenced)."""
+def bounded_module(module: nn.Module, inputs: tuple[torch.Tensor, ...], custom_ops: dict | None = None):
+    """auto_LiRPA's BoundedModule with the options of MATH.md section 8 (tracing warnings silenced); ``custom_ops``
+    maps ONNX op names of our own autograd Functions to their Bound classes (e.g. `_gelu.BoundGelu`)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return _compat.BoundedModule(module, inputs, bound_opts=dict(BOUND_OPTS), verbose=False)
+        return _compat.BoundedModule(module, inputs, bound_opts=dict(BOUND_OPTS), verbose=False,
+                                     custom_ops=custom_ops)
 
 
-def compute(bounded, inputs: tuple, method: str, C: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """One forward pass on the bounded inputs (required by 0.3), then (lower, upper) by ``method``."""
+def compute(bounded, inputs: tuple, method: str, C: torch.Tensor | None = None,
+            upper: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One forward pass on the bounded inputs (required by 0.3), then (lower, upper) by ``method`` (upper None when
+    ``upper=False``, which skips its backward pass).
+
+    Runs without autograd: the module's parameters require gradients inside auto_LiRPA, and with autograd on every
+    intermediate A matrix stays referenced by the graph until the bounds are freed (on a 1-layer D = 48 transformer,
+    5.3 GB instead of 0.9 GB, and slower).
+    """
     if method not in METHODS:
         raise InvalidInputError(f"method must be one of {METHODS}, got {method!r}")
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         bounded(*inputs)
-        lower, upper = bounded.compute_bounds(x=inputs, method=method, C=C)
-    return lower.detach(), upper.detach()
+        lower, high = bounded.compute_bounds(x=inputs, method=method, C=C, bound_upper=upper)
+    return lower.detach(), (high.detach() if upper else None)
 
 
 @dataclasses.dataclass(frozen=True)

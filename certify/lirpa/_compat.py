@@ -175,6 +175,7 @@ auto_LiRPA, _BoundReduceMax = _load()
 BoundedModule = auto_LiRPA.BoundedModule
 BoundedTensor = auto_LiRPA.BoundedTensor
 PerturbationLpNorm = auto_LiRPA.PerturbationLpNorm
+BoundActivation = importlib.import_module("auto_LiRPA.operators.activation").BoundActivation  # base of custom ops
 VERSION = auto_LiRPA.__version__
 
 
