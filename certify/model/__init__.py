@@ -9,6 +9,7 @@ from ._blocks import (
     ChannelAffine as ChannelAffine,
     ClassToken as ClassToken,
     FeedForward as FeedForward,
+    L2Attention as L2Attention,
     Gather as Gather,
     LayerNorm as LayerNorm,
     Linear as Linear,
@@ -19,7 +20,7 @@ from ._blocks import (
     pre_ln_block as pre_ln_block,
 )
 from ._forward import forward as forward
-from ._torch_import import from_torch as from_torch
+from ._torch_import import from_torch as from_torch, language_model_input as language_model_input
 from ._onnx_import import SUPPORTED_OPS as SUPPORTED_OPS, from_onnx as from_onnx
 from ._certify import (
     AttainedEstimate as AttainedEstimate,

@@ -18,6 +18,9 @@ Blocks (the formula each computes on a state S; weights are float64 numpy arrays
 - `Attention`: dot-product multi-head attention with biases (MATH.md section 1):
   Q_h = S W^Q_h + b^Q_h, K_h, V_h likewise, P_h = softmax_rows(scale Q_h K_h^T [+ causal mask]),
   S' = [P_1 V_1, ..., P_H V_H] W^O + b^O (W^O = None means the identity).
+- `L2Attention`: tied L2 multi-head attention (MATH.md section 1, W^K = W^Q), with an optional causal mask:
+  Y_h = S W^Q_h, P_h = softmax_rows(-||y_i - y_j||^2 / sqrt(d) [+ causal mask]), A_h = W^Q_h W^Q_h^T / sqrt(d),
+  S' = [P_1 S A_1 W^V_1, ..., P_H S A_H W^V_H] W^O + b^O. Untied L2 (W^K != W^Q) is not Lipschitz and has no block.
 - `FeedForward(W1, b1, activation, W2, b2)`: each row x -> W2^T act(W1^T x + b1) + b2.
 - `Residual(inner)`: S' = S + inner(S), inner a tuple of blocks.
 - `Pool(kind)`: "mean" -> the 1 x C mean of the rows; "cls" -> the first row.
@@ -202,6 +205,57 @@ class Attention:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
+class L2Attention:
+    """Tied L2 multi-head attention (MATH.md section 1) with an optional causal mask: per head h,
+
+        P^h_ij = softmax_j(-||x_i^T W^Q_h - x_j^T W^Q_h||_2^2 / sqrt(d)),   f^h(X) = P^h X A_h W^V_h,
+        A_h = W^Q_h W^Q_h^T / sqrt(d),   F(X) = [f^1, ..., f^H] W^O + b^O.
+
+    W_Q, W_V: (H, D, d); W_O: (H d, D') or None (identity); b_O: (D',) or None. There are no query, key or value
+    biases, and W^K = W^Q by construction: the untied map is not Lipschitz (MATH.md section 1). With ``causal``,
+    token i attends to j <= i only (row i is the unmasked layer applied to the prefix x_1..x_i).
+    """
+
+    W_Q: np.ndarray
+    W_V: np.ndarray
+    W_O: np.ndarray | None = None
+    b_O: np.ndarray | None = None
+    causal: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("W_Q", "W_V"):
+            _set(self, name, _array(getattr(self, name), name, 3))
+        H, D, d = self.W_Q.shape
+        if self.W_V.shape != (H, D, d):
+            raise InvalidInputError(f"W_V {self.W_V.shape} must match W_Q {(H, D, d)}")
+        if self.W_O is not None:
+            _set(self, "W_O", _array(self.W_O, "W_O", 2))
+            if self.W_O.shape[0] != H * d:
+                raise InvalidInputError(f"W_O must have H d = {H * d} rows, got {self.W_O.shape}")
+        if self.b_O is not None:
+            _set(self, "b_O", _array(self.b_O, "b_O", 1))
+            if self.b_O.shape[0] != self.out_features:
+                raise InvalidInputError(f"b_O must have {self.out_features} entries, got {self.b_O.shape}")
+        _set(self, "causal", bool(self.causal))
+
+    @property
+    def H(self) -> int:
+        return self.W_Q.shape[0]
+
+    @property
+    def D(self) -> int:
+        return self.W_Q.shape[1]
+
+    @property
+    def d(self) -> int:
+        return self.W_Q.shape[2]
+
+    @property
+    def out_features(self) -> int:
+        return self.H * self.d if self.W_O is None else self.W_O.shape[1]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
 class FeedForward:
     """Each row x -> W2^T act(W1^T x + b1) + b2 (W1: (C, hidden), W2: (hidden, C'))."""
 
@@ -246,10 +300,11 @@ class Pool:
             raise InvalidInputError(f"pooling must be 'mean' or 'cls', got {self.kind!r}")
 
 
-Block = Union[Gather, Linear, ClassToken, AddConstant, LayerNorm, ChannelAffine, Activation, Attention, FeedForward,
-              Residual, Pool]
-BLOCK_TYPES = (Gather, Linear, ClassToken, AddConstant, LayerNorm, ChannelAffine, Activation, Attention, FeedForward,
-               Residual, Pool)
+Block = Union[Gather, Linear, ClassToken, AddConstant, LayerNorm, ChannelAffine, Activation, Attention, L2Attention,
+              FeedForward, Residual, Pool]
+BLOCK_TYPES = (Gather, Linear, ClassToken, AddConstant, LayerNorm, ChannelAffine, Activation, Attention, L2Attention,
+               FeedForward, Residual, Pool)
+ATTENTION_TYPES = (Attention, L2Attention)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -297,6 +352,8 @@ def _describe(blocks: tuple, indent: str) -> list[str]:
             lines.append(f"{indent}Linear {block.weight.shape[0]} -> {block.weight.shape[1]}")
         elif isinstance(block, Attention):
             lines.append(f"{indent}Attention H={block.H} D={block.D} d={block.d}{' causal' if block.causal else ''}")
+        elif isinstance(block, L2Attention):
+            lines.append(f"{indent}L2Attention H={block.H} D={block.D} d={block.d}{' causal' if block.causal else ''}")
         elif isinstance(block, FeedForward):
             lines.append(f"{indent}FeedForward {block.W1.shape[0]} -> {block.W1.shape[1]} ({block.activation}) -> "
                          f"{block.W2.shape[1]}")
@@ -307,11 +364,13 @@ def _describe(blocks: tuple, indent: str) -> list[str]:
     return lines
 
 
-def pre_ln_block(norm1: LayerNorm, attention: Attention, norm2: LayerNorm, feed_forward: FeedForward) -> tuple:
+def pre_ln_block(norm1: LayerNorm, attention: Attention | L2Attention, norm2: LayerNorm,
+                 feed_forward: FeedForward) -> tuple:
     """Z' = Z + MHA(LN1(Z)), then Z' + FF(LN2(Z')): two residual blocks."""
     return (Residual((norm1, attention)), Residual((norm2, feed_forward)))
 
 
-def post_ln_block(attention: Attention, norm1: LayerNorm, feed_forward: FeedForward, norm2: LayerNorm) -> tuple:
+def post_ln_block(attention: Attention | L2Attention, norm1: LayerNorm, feed_forward: FeedForward,
+                  norm2: LayerNorm) -> tuple:
     """Z' = LN1(Z + MHA(Z)), then LN2(Z' + FF(Z')) (the original transformer)."""
     return (Residual((attention,)), norm1, Residual((feed_forward,)), norm2)

@@ -31,7 +31,7 @@ import torch
 
 from .._errors import InvalidInputError
 from ..interval import Interval, round_down, round_up
-from ._blocks import Attention, Model, Residual
+from ._blocks import ATTENTION_TYPES, Model, Residual
 from ._enclosure import analyse, enclose, intersect
 from ._forward import apply_block, as_state, forward_blocks
 from ._jacobian_chain import ChainEnclosure, enclose_chain
@@ -113,7 +113,7 @@ def _sizes(blocks: tuple, S: torch.Tensor, states: list[int], attention: list[tu
         if isinstance(block, Residual):
             S = S + _sizes(block.inner, S, states, attention)
         else:
-            if isinstance(block, Attention):
+            if isinstance(block, ATTENTION_TYPES):
                 attention.append((S.shape[1], S.shape[2]))
             S = apply_block(block, S)
         states.append(S[0].numel())

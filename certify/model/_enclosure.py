@@ -16,14 +16,18 @@ import numpy as np
 import torch
 from scipy.special import ndtr
 
+from typing import Callable
+
 from .._domain import EpsBall
 from .._errors import InvalidInputError
 from ..attention import AttentionWeights
-from ..bounds.local import taylor_bound
+from ..bounds.local import const, l2_scores, numpy_weights, point_einsum, taylor_bound, token_differences
+from ..bounds.local._enclosure import jacobian_enclosure
+from ..bounds.local._taylor import taylor_enclosure
 from ..interval import Interval, exp, inf_norm_upper, isum, reciprocal, round_down, round_up, sqrt, square
 from ..sdp import norm2_upper
-from ._blocks import (Activation, AddConstant, Attention, ChannelAffine, ClassToken, FeedForward, Gather, LayerNorm,
-                      Linear, Pool, Residual)
+from ._blocks import (ATTENTION_TYPES, Activation, AddConstant, Attention, ChannelAffine, ClassToken, FeedForward,
+                      Gather, L2Attention, LayerNorm, Linear, Pool, Residual)
 
 U = 2.0**-52
 TINY = 1e-300
@@ -199,24 +203,80 @@ def attention_interval(block: Attention, x: Interval) -> Interval:
     return iaffine(O, block.W_O, block.b_O)
 
 
-def attention_weights(block: Attention) -> AttentionWeights:
-    """The toolkit's AttentionWeights (scale folded into W^Q, b^Q: its logits use 1/sqrt(d))."""
-    if block.causal:
-        raise InvalidInputError("causal attention has no local certified bound in certify yet (masks are not in "
-                                "certify.bounds); certify the model without the mask or per layer")
+def attention_weights(block: Attention | L2Attention) -> AttentionWeights:
+    """The toolkit's AttentionWeights of the UNMASKED layer (DP: scale folded into W^Q, b^Q, its logits use
+    1/sqrt(d); L2: kind "l2", W^K = W^Q). A causal block's mask is applied by `causal_rows` / `causal_jacobian`."""
     H, D, d = block.W_Q.shape
     W_O = np.eye(H * d) if block.W_O is None else block.W_O
     if W_O.shape[1] != D:
         raise InvalidInputError(f"attention with output width {W_O.shape[1]} != D = {D} is not supported by "
                                 "certify.bounds")
-    k = block.scale * math.sqrt(d)
     t = lambda a: None if a is None else torch.tensor(a, dtype=torch.float64)  # noqa: E731
+    if isinstance(block, L2Attention):
+        return AttentionWeights("l2", t(block.W_Q), t(block.W_Q), t(block.W_V), t(W_O), b_O=t(block.b_O))
+    k = block.scale * math.sqrt(d)
     return AttentionWeights("dp", t(block.W_Q * k), t(block.W_K), t(block.W_V), t(W_O),
                             t(None if block.b_Q is None else block.b_Q * k), t(block.b_K), t(block.b_V), t(block.b_O))
 
 
-def attention_lipschitz(block: Attention, x: Interval, norm: str) -> float:
-    """certify's own local bound (method taylor) on the cube about the box's midpoint that contains the box."""
+def causal_rows(box: Interval, rows: Callable[[Interval], Interval]) -> Interval:
+    """Output enclosure of a causal layer (N, C') from its unmasked map: row i of the masked layer at X is row i of
+    the unmasked layer at the prefix x_1..x_i (the mask removes exactly the keys j > i), so it lies in row i of
+    ``rows`` (an enclosure of the unmasked layer) over the prefix box."""
+    parts = [rows(box[: i + 1])[i] for i in range(box.shape[0])]
+    return _interval(np.stack([p.lo for p in parts]), np.stack([p.hi for p in parts]))
+
+
+def causal_jacobian(box: Interval, jacobian: Callable[[Interval], Interval], out_features: int) -> Interval:
+    """Jacobian enclosure (N C', N C) of a causal layer over the box from its unmasked map's: row block i is row
+    block i of ``jacobian`` ((n C', n C) over an n-token box) on the prefix box of i tokens (columns j <= i), and
+    exactly 0 for j > i (row i of the masked layer does not depend on x_j, j > i; `causal_rows`)."""
+    N, C = box.shape
+    lo, hi = np.zeros((N, out_features, N, C)), np.zeros((N, out_features, N, C))
+    for i in range(N):
+        J = jacobian(box[: i + 1]).reshape(i + 1, out_features, i + 1, C)
+        lo[i, :, : i + 1], hi[i, :, : i + 1] = J.lo[i], J.hi[i]
+    n = N * C
+    return _interval(lo.reshape(N * out_features, n), hi.reshape(N * out_features, n))
+
+
+def _unmasked_jacobian(block: Attention | L2Attention, box: Interval) -> Interval:
+    """[J] (n D, n D) containing J(X) for every X in the box (n tokens), unmasked: the Taylor form about the box's
+    midpoint (DP: slope seeds; L2: directional seeds), cut by the direct interval evaluation."""
+    w = numpy_weights(attention_weights(block))
+    seeds = "slopes" if w.kind == "dp" else "directional"
+    form = taylor_enclosure(box, box.mid, w, seeds=seeds, exact_diagonal=False)
+    summed = form.at_centre + form.remainder
+    J = intersect(summed, form.direct) if np.all(np.isfinite(form.direct.lo)) else summed
+    n = box.shape[0] * box.shape[1]
+    return J.reshape(n, n)
+
+
+def attention_jacobian(block: Attention | L2Attention, box: Interval) -> Interval:
+    """[J] (N D, N D) containing the layer's Jacobian J(X) for every X in the box (causal: `causal_jacobian`)."""
+    if block.causal:
+        return causal_jacobian(box, lambda prefix: _unmasked_jacobian(block, prefix), block.out_features)
+    return _unmasked_jacobian(block, box)
+
+
+def attention_point_jacobian(block: Attention | L2Attention, centre: np.ndarray) -> np.ndarray:
+    """A float matrix (N D, N D) within a few ulps of J(centre) (the midpoint of its enclosure at the point)."""
+    w = numpy_weights(attention_weights(block))
+    n = centre.size
+
+    def at(point: Interval) -> Interval:
+        return jacobian_enclosure(point, w).reshape(point.shape[0] * point.shape[1], -1)
+
+    point = _interval(centre, centre.copy())
+    J = causal_jacobian(point, at, block.out_features) if block.causal else at(point)
+    return J.mid.reshape(n, n)
+
+
+def attention_lipschitz(block: Attention | L2Attention, x: Interval, norm: str) -> float:
+    """A certified bound on sup ||J|| over the box: unmasked DP, certify's own local bound (method taylor) on the
+    cube about the box's midpoint that contains the box; causal or L2, the norm of `attention_jacobian`."""
+    if isinstance(block, L2Attention) or block.causal:
+        return interval_matrix_norm(attention_jacobian(block, x).expand(0), norm)
     c = x.mid
     radius = float(round_up(np.max(x.rad))) if x.rad.size else 0.0
     domain = EpsBall(torch.tensor(c), max(radius, 1e-300), "inf")
@@ -225,6 +285,32 @@ def attention_lipschitz(block: Attention, x: Interval, norm: str) -> float:
     if not cert.certified:
         raise InvalidInputError(f"the attention bound was not certified: {cert}")
     return float(cert.value)
+
+
+def _l2_unmasked_interval(block: L2Attention, x: Interval) -> Interval:
+    """Interval evaluation of unmasked tied L2 attention: per head, with v_k = x_k^T A_h W^V_h (exact weights,
+    `point_einsum`), row i = v_i + sum_k P_ik (v_k - v_i) (sum_k P_ik = 1; the differences formed from the token
+    boxes, exactly 0 for k = i), P from `l2_scores`; then W^O, b^O."""
+    w = numpy_weights(attention_weights(block))
+    dX = token_differences(x)
+    scale = const(1.0 / math.sqrt(block.d))
+    heads = []
+    for h in range(block.H):
+        _, P = l2_scores(dX, w, h)  # (N, N)
+        V = point_einsum("nD,Dc,Ec,Ee->ne", x, block.W_Q[h], block.W_Q[h], block.W_V[h]) * scale
+        dV = point_einsum("jkD,Dc,Ec,Ee->jke", dX, block.W_Q[h], block.W_Q[h], block.W_V[h]) * scale
+        heads.append(V + isum(P.expand(-1) * dV.swapaxes(0, 1), axis=1))  # dV[k, i] = v_k - v_i
+    O = _interval(np.concatenate([o.lo for o in heads], -1), np.concatenate([o.hi for o in heads], -1))
+    if block.W_O is None:
+        return O if block.b_O is None else O + block.b_O
+    return iaffine(O, block.W_O, block.b_O)
+
+
+def l2_attention_interval(block: L2Attention, x: Interval) -> Interval:
+    """Interval evaluation of `L2Attention` (causal: row i from the prefix, `causal_rows`)."""
+    if block.causal:
+        return causal_rows(x, lambda prefix: _l2_unmasked_interval(block, prefix))
+    return _l2_unmasked_interval(block, x)
 
 
 # -- one block --------------------------------------------------------------------------------------------------
@@ -258,6 +344,8 @@ def enclose(block: object, x: Interval) -> Interval:
     """Only the enclosure of block(B) (cheap: no attention bound; used for the image of the point x0)."""
     if isinstance(block, Attention):
         return attention_interval(block, x)
+    if isinstance(block, L2Attention):
+        return l2_attention_interval(block, x)
     if isinstance(block, Residual):
         inner = x
         for sub in block.inner:
@@ -300,11 +388,11 @@ def analyse(block: object, x: Interval, norms: tuple[str, ...], direct: bool = T
         gmax = float(np.maximum(-g.lo, g.hi).max())
         crude = {n: float(round_up(matrix_norm(block.W1, n) * gmax * matrix_norm(block.W2, n))) for n in norms}
         return out, {n: min(crude[n], interval_matrix_norm(J, n)) for n in norms}
-    if isinstance(block, Attention):
+    if isinstance(block, ATTENTION_TYPES):
         wanted = tuple(dict.fromkeys(norms + ("inf",)))
         L = {n: attention_lipschitz(block, x, n) for n in wanted}
-        out = attention_interval(block, x)
-        out = intersect(out, _mean_value(attention_interval(block, _point(x)), L["inf"], x))
+        out, at_centre = enclose(block, x), enclose(block, _point(x))
+        out = intersect(out, _mean_value(at_centre, L["inf"], x))
         return out, {n: L[n] for n in norms}
     if isinstance(block, Residual):
         return _residual(block, x, norms, direct)

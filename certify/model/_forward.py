@@ -8,8 +8,8 @@ import numpy as np
 import torch
 
 from .._errors import InvalidInputError
-from ._blocks import (Activation, AddConstant, Attention, ChannelAffine, ClassToken, FeedForward, Gather, LayerNorm,
-                      Linear, Model, Pool, Residual)
+from ._blocks import (Activation, AddConstant, Attention, ChannelAffine, ClassToken, FeedForward, Gather, L2Attention,
+                      LayerNorm, Linear, Model, Pool, Residual)
 
 
 def _t(array: np.ndarray | None, like: torch.Tensor) -> torch.Tensor | None:
@@ -31,9 +31,7 @@ def attention(block: Attention, S: torch.Tensor) -> torch.Tensor:
             tensor.add_(_t(bias, S)[None, :, None, :])
     logits = block.scale * Q @ K.transpose(-1, -2)
     if block.causal:
-        N = S.shape[1]
-        mask = torch.ones(N, N, dtype=torch.bool, device=S.device).triu(1)
-        logits = logits.masked_fill(mask, -math.inf)
+        logits = _causal_mask(logits)
     out = torch.softmax(logits, dim=-1) @ V  # (B, H, N, d)
     out = out.transpose(1, 2).reshape(S.shape[0], S.shape[1], block.H * block.d)
     if block.W_O is not None:
@@ -41,6 +39,30 @@ def attention(block: Attention, S: torch.Tensor) -> torch.Tensor:
     if block.b_O is not None:
         out = out + _t(block.b_O, S)
     return out
+
+
+def _causal_mask(logits: torch.Tensor) -> torch.Tensor:
+    """logits (..., N, N) with -inf above the diagonal (token i attends to j <= i)."""
+    N = logits.shape[-1]
+    mask = torch.ones(N, N, dtype=torch.bool, device=logits.device).triu(1)
+    return logits.masked_fill(mask, -math.inf)
+
+
+def l2_attention(block: L2Attention, S: torch.Tensor) -> torch.Tensor:
+    """[P_1 S A_1 W^V_1, ..., P_H S A_H W^V_H] W^O + b^O, P_h = softmax(-||y_i - y_j||^2 / sqrt(d)), Y_h = S W^Q_h,
+    A_h = W^Q_h W^Q_h^T / sqrt(d) (logits as explicit pairwise differences), S of shape (B, N, D)."""
+    W_Q = _t(block.W_Q, S)
+    Y = torch.einsum("bnD,hDd->bhnd", S, W_Q)
+    difference = Y.unsqueeze(-2) - Y.unsqueeze(-3)  # [b, h, i, j] = y_i - y_j
+    logits = -(difference * difference).sum(-1) / math.sqrt(block.d)
+    if block.causal:
+        logits = _causal_mask(logits)
+    values = torch.einsum("bhnd,hEd,hEe->bhne", Y, W_Q, _t(block.W_V, S)) / math.sqrt(block.d)  # S A_h W^V_h
+    out = torch.softmax(logits, dim=-1) @ values
+    out = out.transpose(1, 2).reshape(S.shape[0], S.shape[1], block.H * block.d)
+    if block.W_O is not None:
+        out = out @ _t(block.W_O, S)
+    return out if block.b_O is None else out + _t(block.b_O, S)
 
 
 def apply_block(block: object, S: torch.Tensor) -> torch.Tensor:
@@ -64,6 +86,8 @@ def apply_block(block: object, S: torch.Tensor) -> torch.Tensor:
         return activation(block.kind, S)
     if isinstance(block, Attention):
         return attention(block, S)
+    if isinstance(block, L2Attention):
+        return l2_attention(block, S)
     if isinstance(block, FeedForward):
         hidden = S @ _t(block.W1, S)
         if block.b1 is not None:

@@ -36,14 +36,12 @@ import time
 import numpy as np
 
 from .._errors import InvalidInputError
-from ..bounds.local import numpy_weights
-from ..bounds.local._enclosure import jacobian_enclosure
-from ..bounds.local._taylor import gram_norm2_upper, nonnegative_norm2_upper, taylor_enclosure
+from ..bounds.local._taylor import gram_norm2_upper, nonnegative_norm2_upper
 from ..interval import Interval, isum, linear_combination, round_down, round_up
-from ._blocks import (Activation, AddConstant, Attention, ChannelAffine, ClassToken, FeedForward, Gather, LayerNorm,
-                      Linear, Pool, Residual)
-from ._enclosure import (TINY, U, attention_weights, derivative_interval, enclose, iaffine, imatmul, intersect,
-                         layer_norm_jacobian, layer_norm_parts)
+from ._blocks import (ATTENTION_TYPES, Activation, AddConstant, ChannelAffine, ClassToken, FeedForward, Gather,
+                      LayerNorm, Linear, Pool, Residual)
+from ._enclosure import (TINY, U, attention_jacobian, attention_point_jacobian, derivative_interval, enclose, iaffine,
+                         imatmul, intersect, layer_norm_jacobian, layer_norm_parts)
 
 BYTES_PER_ENTRY = 64
 """Bytes per entry of an interval Jacobian G (lo, hi and the temporaries of one interval product)."""
@@ -107,17 +105,6 @@ def memory_estimate(largest_state: int, n0: int, attention_sizes: list[tuple[int
 
     taylor = max((taylor_memory(N, D, seeds="slopes") for N, D in attention_sizes), default=0)
     return max(BYTES_PER_ENTRY * largest_state * n0, taylor)
-
-
-def attention_jacobian(block: Attention, box: Interval) -> Interval:
-    """[J] (N D, N D) containing J(X) for every X in the box: Taylor form about the midpoint, cut by the direct one."""
-    w = numpy_weights(attention_weights(block))
-    centre = box.mid
-    form = taylor_enclosure(box, centre, w, seeds="slopes", exact_diagonal=False)
-    summed = form.at_centre + form.remainder
-    J = intersect(summed, form.direct) if np.all(np.isfinite(form.direct.lo)) else summed
-    n = box.shape[0] * box.shape[1]
-    return J.reshape(n, n)
 
 
 def apply_jacobian(block: object, box: Interval, G: Interval) -> Interval:
@@ -276,11 +263,10 @@ def block_jacobian(block: object, box: Interval, point: Interval) -> tuple[np.nd
             slope = derivative_interval(block.activation, iaffine(x, block.W1, block.b1))
             return iaffine(slope.expand(1) * block.W2.T[None], block.W1.T)
         return _centre_and_delta(_dense(jacobian(box), box.shape, m_in), _dense(jacobian(point), box.shape, m_in))
-    if isinstance(block, Attention):
+    if isinstance(block, ATTENTION_TYPES):  # DP or tied L2, causal or not (`_enclosure.attention_jacobian`)
         J_box = attention_jacobian(block, box)
-        centre = point.mid
-        A = jacobian_enclosure(Interval(centre, centre.copy()), numpy_weights(attention_weights(block))).mid
-        return A.reshape(J_box.shape), _distance(J_box, A.reshape(J_box.shape))
+        A = attention_point_jacobian(block, point.mid)
+        return A, _distance(J_box, A)
     eye = np.eye(m_in).reshape(*box.shape, m_in)
     J = apply_jacobian(block, box, Interval(eye, eye.copy())).reshape(-1, m_in)
     A = J.mid

@@ -1,5 +1,12 @@
 """Models from torch modules: `torch.nn.TransformerEncoderLayer` / `TransformerEncoder` (norm_first or not, ReLU or
-GELU) and the repository's digits vision transformer (`certify.experiments.DigitsTransformer`).
+GELU), the repository's digits vision transformer (`certify.experiments.DigitsTransformer`) and its character-level
+language model (`certify.experiments.CharTransformer`).
+
+The language model reads character ids, which are discrete: the certified function is the map from the embedding
+sum X = embedding(ids) + position[:N] (N x D, `language_model_input`) to the logits (N x vocab), with causal
+attention. DP attention becomes `Attention(causal=True)` with its biases; tied L2 and contractive L2 (tied L2 with
+W^O scaled by gamma / B(W), as the layer computes it) become `L2Attention(causal=True)`; untied L2 is refused (not
+Lipschitz, MATH.md section 1).
 
 Dropout is ignored (eval mode). Weights are copied to float64; the torch layout y = x W^T + b becomes
 `Linear(weight=W^T)` (rows of the state are tokens).
@@ -12,8 +19,9 @@ import torch
 from torch import nn
 
 from .._errors import InvalidInputError
-from ._blocks import (AddConstant, Attention, ClassToken, FeedForward, Gather, LayerNorm, Linear, Model, Pool,
-                      post_ln_block, pre_ln_block)
+from ..attention import AttentionWeights
+from ._blocks import (AddConstant, Attention, ClassToken, FeedForward, Gather, L2Attention, LayerNorm, Linear, Model,
+                      Pool, post_ln_block, pre_ln_block)
 
 
 def _np(tensor: torch.Tensor | None) -> np.ndarray | None:
@@ -103,18 +111,75 @@ def _digits_model(model: nn.Module) -> Model:
     return Model(tuple(blocks), (SIDE, SIDE))
 
 
+def attention_from_weights(weights: AttentionWeights, causal: bool) -> Attention | L2Attention:
+    """The block of a certify attention layer's `AttentionWeights` (MATH.md section 1): "dp" -> `Attention` (logits
+    scaled by 1/sqrt(d), with biases), tied "l2" -> `L2Attention`; "l2-untied" is refused (not Lipschitz)."""
+    if weights.kind == "l2-untied":
+        raise InvalidInputError("untied L2 attention (W^K != W^Q) is not Lipschitz (MATH.md section 1: its Jacobian "
+                                "grows without bound), so no whole-model certificate exists for it; use tied L2 "
+                                "(attention 'l2-tied' or 'contractive-l2')")
+    W_O, b_O = _np(weights.W_O), _np(weights.b_O)
+    if weights.kind == "l2":
+        return L2Attention(_np(weights.W_Q), _np(weights.W_V), W_O, b_O, causal=causal)
+    return Attention(_np(weights.W_Q), _np(weights.W_K), _np(weights.W_V), _np(weights.b_Q), _np(weights.b_K),
+                     _np(weights.b_V), W_O, b_O, scale=1.0 / np.sqrt(weights.d), causal=causal)
+
+
+def _language_model(model: nn.Module, input_shape: tuple[int, ...] | None) -> Model:
+    """X = embedding(ids) + position[:N] (N x D) -> logits (N x vocab): the blocks (causal attention), the final
+    LayerNorm (pre-LN) and the read-out."""
+    config = model.config
+    if input_shape is None or len(input_shape) != 2:
+        raise InvalidInputError("a language model needs input_shape = (N, D): its input is the embedding sum "
+                                "X = embedding(ids) + position[:N]")
+    N, D = (int(n) for n in input_shape)
+    if D != config.D or not 1 <= N <= config.context:
+        raise InvalidInputError(f"input_shape {tuple(input_shape)} must be (N, {config.D}) with 1 <= N <= "
+                                f"{config.context} (the model's context)")
+    blocks: list = []
+    for block in model.blocks:
+        attention = attention_from_weights(block.attention.attention_weights(), causal=True)
+        ff = _feed_forward(block.ff)
+        norm1, norm2 = layer_norm(block.ln1), layer_norm(block.ln2)
+        if block.layer_norm == "pre":
+            blocks.extend(pre_ln_block(norm1, attention, norm2, ff))
+        else:
+            blocks.extend(post_ln_block(attention, norm1, ff, norm2))
+    if isinstance(model.final_norm, nn.LayerNorm):
+        blocks.append(layer_norm(model.final_norm))
+    blocks.append(linear(model.readout))
+    return Model(tuple(blocks), (N, D))
+
+
+def language_model_input(model: nn.Module, ids: torch.Tensor | np.ndarray) -> np.ndarray:
+    """X = embedding(ids) + position[:N] in float64, (N, D), for character ids (N,) of a `CharTransformer`: the
+    input of `from_torch(model, (N, D))` (the ids are discrete and not part of the certified function)."""
+    ids = torch.as_tensor(np.asarray(ids), dtype=torch.long)
+    if ids.ndim != 1 or not 1 <= ids.shape[0] <= model.config.context:
+        raise InvalidInputError(f"ids must be one sequence of 1 to {model.config.context} ids, got {tuple(ids.shape)}")
+    if int(ids.min()) < 0 or int(ids.max()) >= model.config.vocab_size:
+        raise InvalidInputError(f"ids must lie in [0, {model.config.vocab_size})")
+    with torch.no_grad():
+        X = model.embedding.weight.double()[ids] + model.position.double()[: ids.shape[0]]
+    return X.numpy()
+
+
 def from_torch(module: nn.Module, input_shape: tuple[int, ...] | None = None) -> Model:
     """A `Model` from a torch module.
 
     Args:
         module: `nn.TransformerEncoderLayer`, `nn.TransformerEncoder` (batch_first or not: the model acts on one
-            sequence (N, D)), or `certify.experiments.DigitsTransformer`.
-        input_shape: (N, D) for the encoder modules (the sequence length is not recorded in them).
+            sequence (N, D)), `certify.experiments.DigitsTransformer`, or `certify.experiments.CharTransformer`
+            (the model of X = embedding(ids) + position[:N] -> logits (N, vocab); module docstring).
+        input_shape: (N, D) for the encoder modules and the language model (the sequence length is not recorded
+            in them).
     """
-    from ..experiments import DigitsTransformer
+    from ..experiments import CharTransformer, DigitsTransformer
 
     if isinstance(module, DigitsTransformer):
         return _digits_model(module)
+    if isinstance(module, CharTransformer):
+        return _language_model(module, input_shape)
     if isinstance(module, (nn.TransformerEncoderLayer, nn.TransformerEncoder)):
         if input_shape is None or len(input_shape) != 2:
             raise InvalidInputError("a transformer encoder needs input_shape = (N, D)")
@@ -129,4 +194,5 @@ def from_torch(module: nn.Module, input_shape: tuple[int, ...] | None = None) ->
             raise InvalidInputError(f"input_shape {tuple(input_shape)} does not match the model's D = {D}")
         return Model(tuple(blocks), tuple(input_shape))
     raise InvalidInputError(f"cannot import {type(module).__name__}: supported are nn.TransformerEncoderLayer, "
-                            "nn.TransformerEncoder and certify.experiments.DigitsTransformer (or export to ONNX)")
+                            "nn.TransformerEncoder, certify.experiments.DigitsTransformer and "
+                            "certify.experiments.CharTransformer (or export to ONNX)")
