@@ -4,10 +4,15 @@ Lipschitz constant of a model, its certified robustness radius, and VNNLIB prope
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import sys
 
 import numpy as np
 
+from typing import TYPE_CHECKING
+
 from .._errors import CertifyError, InvalidInputError
+from .._progress import progress_bar
 from ._common import add_output_flags, load_center, positive_float, write_output
 
 
@@ -51,10 +56,66 @@ def _load(path: str, x0: np.ndarray | None):
     raise InvalidInputError(f"{path!r}: expected a .onnx or .pt file")
 
 
+if TYPE_CHECKING:  # certify.model (torch, onnx) is imported when the command runs, not when the CLI starts
+    from ..model import Model, ModelCertificate, ModelInterrupted, ModelRadius
+
+INTERRUPTED = 130
+"""Exit status after Ctrl-C (128 + SIGINT), as `certify.cli.main` returns for any interrupted command."""
+
+
+def _certify(args: argparse.Namespace, model: Model, x: np.ndarray) -> ModelCertificate:
+    """certify_model with a per-block progress bar (off with --quiet or when stderr is not a terminal)."""
+    from ..model import certify_model
+
+    with progress_bar(not args.quiet, total=len(model.blocks), desc="certify model", unit="block",
+                      leave=False) as bar:
+        return certify_model(model, x, args.eps, args.norm, method=args.method, progress=lambda k: bar.update(1))
+
+
+def _radius(args: argparse.Namespace, model: Model, x: np.ndarray) -> ModelRadius:
+    """certified_radius with a per-block progress bar showing the eps under test and the largest certified."""
+    from ..model import certified_radius
+
+    best = [0.0]
+
+    def step(eps: float, certified: bool) -> None:
+        best[0] = max(best[0], eps) if certified else best[0]
+        bar.set_postfix_str(f"eps {eps:.3g} {'certified' if certified else 'not certified'}, best {best[0]:.3g}")
+
+    with progress_bar(not args.quiet, desc="radius", unit="block", leave=False) as bar:
+        return certified_radius(model, x, args.norm, progress=lambda k: bar.update(1), on_step=step)
+
+
+def _interrupted_constant(args: argparse.Namespace, interrupt: ModelInterrupted) -> int:
+    """Ctrl-C while the constant was computed: report the longest certified prefix (never as the model's bound)."""
+    longest = interrupt.longest
+    done = len(interrupt.prefixes)
+    if longest is None:
+        message = "interrupted before anything was certified"
+    else:
+        message = (f"interrupted: the whole model's constant was not certified; the longest completed prefix, blocks "
+                   f"1..{done} of {interrupt.blocks} (up to {longest.block}), has certified Lip_{args.norm} <= "
+                   f"{longest.value:.6g} on the ball")
+    if not args.quiet:
+        print(f"{args.model}: {args.norm}-ball, eps = {args.eps:g}, method {args.method}")
+        for p in interrupt.prefixes:
+            print(f"  up to {p.block:<28} {p.value:12.6g}   (certified prefix; output box radius {p.output_radius:.3g})")
+        print(message)
+    print(f"certify model: {message}", file=sys.stderr)
+    prefix = None if longest is None else {**dataclasses.asdict(longest), "blocks": done, "of": interrupt.blocks,
+                                            "label": "certified (prefix of the model)"}
+    write_output(args, {"model": args.model, "norm": args.norm, "eps": args.eps, "method": args.method,
+                        "certified": None, "attained": None, "radius": None,
+                        "interrupted": {"stage": "constant", "message": message, "prefix": prefix,
+                                        "prefixes": [dataclasses.asdict(p) for p in interrupt.prefixes]}})
+    return INTERRUPTED
+
+
 def run(args: argparse.Namespace) -> int:
     """Certified upper bound on the local Lipschitz constant of a whole model on {x : ||x - x0|| <= eps}, the
-    per-block factors, and an attained estimate (a lower bound, never labelled certified)."""
-    from ..model import attained_lipschitz, certify_model
+    per-block factors, and an attained estimate (a lower bound, never labelled certified). Ctrl-C keeps what is
+    certified (the longest certified prefix of the model, or the largest certified radius so far) and exits 130."""
+    from ..model import ModelInterrupted, attained_lipschitz
 
     if args.input is None and args.vnnlib is None:
         raise InvalidInputError("give --input X_FILE with --eps, or --vnnlib PROPERTY")
@@ -70,13 +131,25 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidInputError(f"--input must hold real numbers, got dtype {x0.dtype}")
     model = _load(args.model, x0)
     x = x0.reshape(model.input_shape) if x0.size == int(np.prod(model.input_shape)) else x0
-    certificate = certify_model(model, x, args.eps, args.norm, method=args.method)
-    attained = None if args.no_attained else attained_lipschitz(model, x, args.eps, args.norm, restarts=4, steps=10)
+    try:
+        certificate = _certify(args, model, x)
+    except ModelInterrupted as interrupt:
+        return _interrupted_constant(args, interrupt)
+    interrupted = None
+    attained = None
+    if not args.no_attained:
+        try:
+            attained = attained_lipschitz(model, x, args.eps, args.norm, restarts=4, steps=10)
+        except KeyboardInterrupt:
+            interrupted = {"stage": "attained", "message": "interrupted during the attained estimate (the "
+                                                           "certified constant above is complete)"}
     radius = None
-    if args.radius:
-        from ..model import certified_radius
-
-        radius = certified_radius(model, x, args.norm)
+    if args.radius and interrupted is None:
+        radius = _radius(args, model, x)
+        if radius.interrupted:
+            interrupted = {"stage": "radius", "message": (
+                f"interrupted: radius {radius.value:.6g} is the largest eps certified before Ctrl-C (the bisection "
+                "stopped early)" if radius.value > 0 else "interrupted before any radius was certified")}
     if not args.quiet:
         print(f"{args.model}: {args.norm}-ball, eps = {args.eps:g}, method {certificate.method}")
         if certificate.note:
@@ -90,14 +163,19 @@ def run(args: argparse.Namespace) -> int:
             print(f"attained    {attained.value:.6g}  (estimate)")
             print(f"ratio       {certificate.value / attained.value:.4g}")
         if radius is not None:
-            print(f"radius      {radius.value:.6g}  (certified, {args.norm}-norm, class {radius.label})")
+            mark = "certified, INTERRUPTED: the largest so far" if radius.interrupted else "certified"
+            print(f"radius      {radius.value:.6g}  ({mark}, {args.norm}-norm, class {radius.label})")
+        if interrupted is not None:
+            print(interrupted["message"])
+    if interrupted is not None:
+        print(f"certify model: {interrupted['message']}", file=sys.stderr)
     out = {"model": args.model, "norm": args.norm, "eps": args.eps, "certified": certificate.to_json(),
            "attained": None if attained is None else attained.to_json(),
-           "radius": None if radius is None else radius.to_json()}
-    if args.vnnlib is not None:
+           "radius": None if radius is None else radius.to_json(), "interrupted": interrupted}
+    if args.vnnlib is not None and interrupted is None:
         out["vnnlib"] = _run_vnnlib(args, model, quiet_output=True)
     write_output(args, out)
-    return 0
+    return INTERRUPTED if interrupted is not None else 0
 
 
 def _run_vnnlib(args: argparse.Namespace, model, quiet_output: bool = False):

@@ -32,6 +32,7 @@ from ._certify import (
     model_enclosure as model_enclosure,
 )
 from ._jacobian_chain import ChainEnclosure as ChainEnclosure
+from ._jacobian_chain import ModelInterrupted as ModelInterrupted
 from ._jacobian_chain import PrefixBound as PrefixBound
 from ._radius import ModelRadius as ModelRadius, certified_radius as certified_radius, vnnlib_bounds as vnnlib_bounds
 from ._vnnlib import (

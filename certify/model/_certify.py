@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -35,7 +35,7 @@ from ._blocks import ATTENTION_TYPES, Model, Residual
 from ._enclosure import analyse, enclose, intersect
 from ._forward import apply_block, as_state, forward_blocks
 from ._jacobian_chain import ChainEnclosure, enclose_chain
-from ._jacobian_chain import Domain, PrefixBound, memory_estimate
+from ._jacobian_chain import Domain, ModelInterrupted, PrefixBound, memory_estimate
 
 CHAIN_MEMORY_LIMIT = 4 * 2**30
 """The largest memory estimate of the Jacobian enclosure that `certify_model` runs."""
@@ -131,7 +131,7 @@ def chain_memory(model: Model) -> int:
 
 
 def model_enclosure(model: Model, x0: Any, eps: float | np.ndarray, norm: str = "inf",
-                    progress: Any = None) -> ChainEnclosure:
+                    progress: Callable[[int], None] | None = None) -> ChainEnclosure:
     """The first-order enclosure of the model's output over the ball {||x - x0||_norm <= eps} (norm "inf": eps may
     be an array of per-coordinate radii of the input's shape, a box) (`_jacobian_chain`)."""
     if norm not in ("2", "inf"):
@@ -153,7 +153,7 @@ def model_enclosure(model: Model, x0: Any, eps: float | np.ndarray, norm: str = 
 
 
 def certify_model(model: Model, x0: Any, eps: float, norm: str = "inf", *, method: str = "jacobian",
-                  direct: bool = True, progress: Any = None) -> ModelCertificate:
+                  direct: bool = True, progress: Callable[[int], None] | None = None) -> ModelCertificate:
     """Certified Lip_norm of ``model`` on {x : ||x - x0||_norm <= eps}.
 
     Args:
@@ -166,7 +166,11 @@ def certify_model(model: Model, x0: Any, eps: float, norm: str = "inf", *, metho
             CHAIN_MEMORY_LIMIT); "product": the product of per-block certified constants on propagated boxes (module
             docstring's theorem).
         direct: ("product") use the direct interval Jacobian of LayerNorm + feed-forward residual blocks (else 1 + Lip).
-        progress: called with the index of each block when it is done.
+        progress: called with the index of each top-level block when it is done.
+
+    Raises:
+        ModelInterrupted: on Ctrl-C (KeyboardInterrupt), carrying the certified bound of every prefix of the model
+            completed before it (a bound on the prefix, not on the whole model).
     """
     _check(norm, eps)
     if method not in METHODS:
@@ -182,13 +186,28 @@ def certify_model(model: Model, x0: Any, eps: float, norm: str = "inf", *, metho
                                     prefixes=enclosure.prefixes)
         note = (f"the Jacobian enclosure needs about {need / 2**30:.1f} GiB (limit "
                 f"{CHAIN_MEMORY_LIMIT / 2**30:.0f} GiB): the product of per-block constants instead")
+    done: list[PrefixBound] = []
+    try:
+        total, factors, box = _product(model, x0, float(eps), norm, direct, progress, done)
+    except ModelInterrupted:
+        raise
+    except KeyboardInterrupt:
+        raise ModelInterrupted(tuple(done), len(model.blocks)) from None
+    return ModelCertificate(total, norm, float(eps), tuple(factors), float(np.max(box.rad)),
+                            time.perf_counter() - start, direct_residuals=direct, method="product", note=note)
+
+
+def _product(model: Model, x0: Any, eps: float, norm: str, direct: bool, progress: Callable[[int], None] | None,
+             done: list[PrefixBound]) -> tuple[float, list[BlockFactor], Interval]:
+    """The product of per-block constants (module docstring), appending the certified bound of each completed
+    prefix (the product so far) to ``done``."""
     x = as_state(model, x0)[0].numpy()
-    box = Interval.centred(x, np.full(x.shape, float(eps)))
+    box = Interval.centred(x, np.full(x.shape, eps))
     point = Interval.point(x)
     # ||s_k(x) - s_k(x0)||_inf <= ||.||_2 <= (prod of 2-norm factors) ||x - x0||_2, and likewise with inf-norm
     # factors: a ball about the enclosed image of x0 that keeps the correlations the boxes lose
-    eps2 = float(round_up(eps * math.sqrt(x.size))) if norm == "inf" else float(eps)
-    chain = {"2": eps2, "inf": float(eps)}
+    eps2 = float(round_up(eps * math.sqrt(x.size))) if norm == "inf" else eps
+    chain = {"2": eps2, "inf": eps}
     total, factors = 1.0, []
     for k, block in enumerate(model.blocks):
         t = time.perf_counter()
@@ -203,10 +222,10 @@ def certify_model(model: Model, x0: Any, eps: float, norm: str = "inf", *, metho
         factors.append(BlockFactor(_name(block), L[norm], radius, time.perf_counter() - t))
         if not np.all(np.isfinite(box.lo) & np.isfinite(box.hi)):
             total = math.inf
+        done.append(PrefixBound(factors[-1].block, total, float(np.max(box.rad)), factors[-1].seconds))
         if progress is not None:
             progress(k)
-    return ModelCertificate(total, norm, float(eps), tuple(factors), float(np.max(box.rad)),
-                            time.perf_counter() - start, direct_residuals=direct, method="product", note=note)
+    return total, factors, box
 
 
 def _jacobian_norm(J: torch.Tensor, norm: str) -> torch.Tensor:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from typing import Callable
 
 import numpy as np
 
@@ -82,6 +83,24 @@ class PrefixBound:
     value: float
     output_radius: float
     seconds: float
+
+
+class ModelInterrupted(KeyboardInterrupt):
+    """Ctrl-C (KeyboardInterrupt) while a model's constant was being certified, with what was certified before it.
+
+    ``prefixes[k]`` is a certified bound on Lip_p of the model's first k + 1 top-level blocks on the ball (NOT of
+    the whole model); ``blocks`` is the number of top-level blocks. Being a KeyboardInterrupt, it stops a program
+    that does not catch it, as Ctrl-C does.
+    """
+
+    def __init__(self, prefixes: tuple[PrefixBound, ...], blocks: int) -> None:
+        super().__init__(f"interrupted after {len(prefixes)} of {blocks} blocks")
+        self.prefixes, self.blocks = tuple(prefixes), int(blocks)
+
+    @property
+    def longest(self) -> PrefixBound | None:
+        """The certified bound of the longest completed prefix (None: interrupted before anything was certified)."""
+        return self.prefixes[-1] if self.prefixes else None
 
 
 def jacobian_norm_upper(G: Interval, norm: str) -> float:
@@ -336,8 +355,21 @@ def _one_step(state: _Prefix, block: object, domain: Domain) -> tuple[_Prefix, t
 
 
 def enclose_chain(blocks: tuple, x0: np.ndarray, domain: Domain, names: list[str] | None = None,
-                  progress=None) -> ChainEnclosure:
-    """The module docstring's bound for the top-level blocks about the state x0 (R0, C0).
+                  progress: Callable[[int], None] | None = None) -> ChainEnclosure:
+    """The module docstring's bound for the top-level blocks about the state x0 (R0, C0); ``progress(k)`` after
+    block k. Ctrl-C raises `ModelInterrupted` with the bounds of the prefixes completed before it."""
+    prefixes: list[PrefixBound] = []
+    try:
+        return _enclose_chain(blocks, x0, domain, names, progress, prefixes)
+    except ModelInterrupted:
+        raise
+    except KeyboardInterrupt:
+        raise ModelInterrupted(tuple(prefixes), len(blocks)) from None
+
+
+def _enclose_chain(blocks: tuple, x0: np.ndarray, domain: Domain, names: list[str] | None,
+                   progress: Callable[[int], None] | None, prefixes: list[PrefixBound]) -> ChainEnclosure:
+    """`enclose_chain`, appending each completed prefix's bound to ``prefixes`` as it goes.
 
     The first-order part of the error is kept entrywise: sum_m |A_k .. A_{m+1}| Delta_m |W_{m-1}| =: Err_k (m_k x n0),
     so J_{F_k}(x) lies in [W_k - Err_k, W_k + Err_k] plus a matrix of p-norm at most s_k (the second-order terms
@@ -354,7 +386,6 @@ def enclose_chain(blocks: tuple, x0: np.ndarray, domain: Domain, names: list[str
     s_prev = 0.0  # s_{k-1}: the part of the prefix's error not in `widened`
     sources: list[_Source] = []  # the blocks with Delta_m != 0
     segments: list[Segment] = []  # A_k .. A_{m+1} for each source, updated per block
-    prefixes = []
     for k, block in enumerate(blocks):
         t = time.perf_counter()
         if isinstance(block, Residual):

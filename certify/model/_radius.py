@@ -4,6 +4,7 @@
 The prediction is constant on the ball {||x - x0||_p <= eps} when every margin y_label(x) - y_j(x) (j != label) has
 a certified positive lower bound there; the radius is the largest eps found so (`largest_certified`: only radii at
 which the test passed are returned, so the value is certified even though the test is not monotone in eps).
+Ctrl-C during the bisection keeps the largest eps certified so far (``interrupted``: it may not be the largest).
 """
 
 from __future__ import annotations
@@ -23,7 +24,10 @@ from ._forward import forward
 
 @dataclasses.dataclass(frozen=True)
 class ModelRadius:
-    """The label is constant on the l_norm ball of radius ``value`` about the input (label 'certified')."""
+    """The label is constant on the l_norm ball of radius ``value`` about the input (label 'certified').
+
+    ``interrupted``: Ctrl-C stopped the bisection; ``value`` is the largest eps certified before it (still
+    certified, possibly smaller than the search would have found; 0 when none was)."""
 
     value: float
     norm: str
@@ -31,6 +35,7 @@ class ModelRadius:
     calls: int
     seconds: float
     kind: str = "certified"
+    interrupted: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -50,21 +55,39 @@ def _classes(model: Model, x0: Any) -> tuple[int, np.ndarray]:
 
 
 def certified_radius(model: Model, x0: Any, norm: str = "inf", label: int | None = None, *, start: float = 1e-5,
-                     steps: int = 8) -> ModelRadius:
+                     steps: int = 8, progress: Callable[[int], None] | None = None,
+                     on_step: Callable[[float, bool], None] | None = None) -> ModelRadius:
     """The largest eps found at which every margin y_label - y_j is certified positive on the eps-ball (0 when none
-    is, e.g. when ``label`` (default: the float64 prediction) is not the prediction)."""
+    is, e.g. when ``label`` (default: the float64 prediction) is not the prediction).
+
+    ``progress(k)`` after each top-level block of every enclosure; ``on_step(eps, certified)`` after each tested
+    eps. Ctrl-C (KeyboardInterrupt) returns the largest eps certified so far with ``interrupted`` True.
+    """
     begin = time.perf_counter()
     classes, y = _classes(model, x0)
     label = int(np.argmax(y)) if label is None else int(label)
     if not 0 <= label < classes:
         raise InvalidInputError(f"label must lie in [0, {classes}), got {label}")
     A = margin_rows(classes, label)
+    passed: list[float] = []
+    calls = 0
 
     def test(eps: float) -> bool:
-        lower = model_enclosure(model, x0, eps, norm).linear_lower(A)
-        return bool(np.all(lower > 0))
+        nonlocal calls
+        calls += 1
+        lower = model_enclosure(model, x0, eps, norm, progress).linear_lower(A)
+        certified = bool(np.all(lower > 0))
+        if certified:
+            passed.append(eps)
+        if on_step is not None:
+            on_step(eps, certified)
+        return certified
 
-    value, calls = largest_certified(test, start=start, steps=steps)
+    try:
+        value, calls = largest_certified(test, start=start, steps=steps)
+    except KeyboardInterrupt:  # keep what is certified: the largest eps whose test passed
+        return ModelRadius(max(passed, default=0.0), norm, label, calls, time.perf_counter() - begin,
+                           interrupted=True)
     return ModelRadius(float(value), norm, label, calls, time.perf_counter() - begin)
 
 
