@@ -9,7 +9,8 @@ For each of ``--inputs`` inputs (ViT: test images; encoder: standard normal sequ
 the certified local constant (`certify_model`, method "jacobian") is compared with the attained one
 (`attained_lipschitz`: the Jacobian's norm at x0, at random points and along projected ascent of ||J|| inside the
 ball), and attained <= certified must hold for every row. For the first ``--radii`` inputs of the encoder (and
-``--vit-radii`` of the ViT: 5-10 certify calls of 10-30 s each per radius), the certified robustness radius (`certified_radius`) is attacked with PGD on the logit margin inside the ball of that radius
+``--vit-radii`` of the ViT: 5-10 certify calls of 10-30 s each per radius), the certified robustness radius
+(`certified_radius`) is attacked with PGD on the logit margin inside the ball of that radius
 (`model_crown.pgd_margin`); the margin must stay positive ("broken" must be never). Radii are bisected with
 ``--radius-steps`` steps after bracketing (a coarser radius is still certified).
 

@@ -20,7 +20,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("model", help="certify a whole model (ONNX, or a torch module saved whole)",
                                    description=run.__doc__)
     parser.add_argument("model", help="an ONNX file (.onnx) or a torch.nn.TransformerEncoder(Layer) / "
-                                      "DigitsTransformer saved with torch.save (.pt, loaded with weights_only=False)")
+                                      "DigitsTransformer / CharTransformer saved with torch.save (.pt, loaded with "
+                                      "weights_only=False); a CharTransformer's input is X = embedding(ids) + "
+                                      "position[:N] (N x D)")
     parser.add_argument("--input", metavar="X_FILE", help="the input x0 (.npy or .pt); needed unless --vnnlib")
     parser.add_argument("--eps", type=positive_float, help="radius of the eps-ball around x0; needed with --input")
     parser.add_argument("--norm", choices=("2", "inf"), default="inf", help="norm of the ball and of the constant")
@@ -99,7 +101,8 @@ def _interrupted_constant(args: argparse.Namespace, interrupt: ModelInterrupted)
     if not args.quiet:
         print(f"{args.model}: {args.norm}-ball, eps = {args.eps:g}, method {args.method}")
         for p in interrupt.prefixes:
-            print(f"  up to {p.block:<28} {p.value:12.6g}   (certified prefix; output box radius {p.output_radius:.3g})")
+            print(f"  up to {p.block:<28} {p.value:12.6g}   (certified prefix; output box radius "
+                  f"{p.output_radius:.3g})")
         print(message)
     print(f"certify model: {message}", file=sys.stderr)
     prefix = None if longest is None else {**dataclasses.asdict(longest), "blocks": done, "of": interrupt.blocks,

@@ -31,7 +31,7 @@ import torch
 
 from .._errors import InvalidInputError
 from ..interval import Interval, round_down, round_up
-from ._blocks import ATTENTION_TYPES, Model, Residual
+from ._blocks import ATTENTION_TYPES, Attention, Model, Residual
 from ._enclosure import analyse, enclose, intersect
 from ._forward import apply_block, as_state, forward_blocks
 from ._jacobian_chain import ChainEnclosure, enclose_chain
@@ -107,14 +107,15 @@ def _name(block: object) -> str:
 METHODS: tuple[str, ...] = ("jacobian", "product")
 
 
-def _sizes(blocks: tuple, S: torch.Tensor, states: list[int], attention: list[tuple[int, int]]) -> torch.Tensor:
-    """Run the blocks on a zero state, recording every state's size and every attention input's (N, D)."""
+def _sizes(blocks: tuple, S: torch.Tensor, states: list[int], attention: list[tuple[int, int, str]]) -> torch.Tensor:
+    """Run the blocks on a zero state, recording every state's size and every attention input's (N, D) with the
+    seeds of its Taylor form ("slopes" for DP, "directional" for L2: `_enclosure.attention_jacobian`)."""
     for block in blocks:
         if isinstance(block, Residual):
             S = S + _sizes(block.inner, S, states, attention)
         else:
             if isinstance(block, ATTENTION_TYPES):
-                attention.append((S.shape[1], S.shape[2]))
+                attention.append((S.shape[1], S.shape[2], "slopes" if isinstance(block, Attention) else "directional"))
             S = apply_block(block, S)
         states.append(S[0].numel())
     return S
@@ -123,7 +124,7 @@ def _sizes(blocks: tuple, S: torch.Tensor, states: list[int], attention: list[tu
 def chain_memory(model: Model) -> int:
     """Bytes `enclose_model` needs for this model (`_jacobian_chain.memory_estimate`)."""
     states: list[int] = []
-    attention: list[tuple[int, int]] = []
+    attention: list[tuple[int, int, str]] = []
     with torch.no_grad():
         _sizes(model.blocks, torch.zeros(1, *model.state_shape, dtype=torch.float64), states, attention)
     n0 = int(np.prod(model.state_shape))

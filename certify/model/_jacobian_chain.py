@@ -118,11 +118,11 @@ def jacobian_norm_upper(G: Interval, norm: str) -> float:
     return value
 
 
-def memory_estimate(largest_state: int, n0: int, attention_sizes: list[tuple[int, int]]) -> int:
+def memory_estimate(largest_state: int, n0: int, attention_sizes: list[tuple[int, int, str]]) -> int:
     """Bytes for the largest G (state entries x n0 inputs) or the largest attention Taylor form ((N D)^2 entries)."""
     from ..bounds.local import memory_estimate as taylor_memory
 
-    taylor = max((taylor_memory(N, D, seeds="slopes") for N, D in attention_sizes), default=0)
+    taylor = max((taylor_memory(N, D, seeds=seeds) for N, D, seeds in attention_sizes), default=0)
     return max(BYTES_PER_ENTRY * largest_state * n0, taylor)
 
 
