@@ -119,6 +119,10 @@ def test_causal_attention_jacobian_contains_autograd(attention):
         assert np.all(J.lo <= exact) and np.all(exact <= J.hi)
         y = forward(single, x)[0].numpy()
         assert np.all(out.lo <= y) and np.all(y <= out.hi)
+    at_point = enclose(block, Interval(X, X.copy()))  # tight at a point: a wrong term cannot hide in the width
+    y0 = forward(Model((block,), (N, D)), X)[0].numpy()
+    assert np.all(at_point.lo <= y0) and np.all(y0 <= at_point.hi)
+    assert np.max(at_point.hi - at_point.lo) < 1e-9
 
 
 @pytest.mark.parametrize("norm", ["inf", "2"])

@@ -176,6 +176,17 @@ def certify_model(model: Model, x0: Any, eps: float, norm: str = "inf", *, metho
     _check(norm, eps)
     if method not in METHODS:
         raise InvalidInputError(f"method must be one of {METHODS}, got {method!r}")
+    try:
+        return _certify_model(model, x0, eps, norm, method, direct, progress)
+    except ModelInterrupted:
+        raise
+    except KeyboardInterrupt:  # outside the per-block loops (input checks, memory estimate): nothing certified
+        raise ModelInterrupted((), len(model.blocks)) from None
+
+
+def _certify_model(model: Model, x0: Any, eps: float, norm: str, method: str, direct: bool,
+                   progress: Callable[[int], None] | None) -> ModelCertificate:
+    """`certify_model` after its argument checks."""
     start = time.perf_counter()
     note = ""
     if method == "jacobian":
