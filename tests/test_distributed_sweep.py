@@ -143,3 +143,41 @@ def test_cli_refuses_an_unreachable_scheduler(tmp_path, capsys):
     assert main(["tightness", "--max-tokens", "2", "--quiet", "--out", str(tmp_path), "--scheduler",
                  "tcp://127.0.0.1:9", "--scheduler-timeout", "1"]) == 2
     assert "cannot reach the Dask scheduler at 'tcp://127.0.0.1:9'" in capsys.readouterr().err
+
+
+def test_units_lost_with_their_workers_run_again_and_count_once(client, tmp_path):
+    """Unit 1 kills its worker process on its first five attempts: Dask runs it again on the restarted workers,
+    then gives up (KilledWorker, after the scheduler's allowed failures), and the sweep submits it once more. Every
+    unit's result is taken once, and the checkpoint holds each."""
+    counter = tmp_path / "attempts"
+    counter.write_text("0")
+
+    def work(x: int) -> dict:  # local, so pickled by value (the workers cannot import this test module)
+        import os
+
+        if x == 1:
+            attempts = int(counter.read_text()) + 1
+            counter.write_text(str(attempts))
+            if attempts <= 5:
+                os._exit(1)
+        return {"square": x * x}
+
+    path = tmp_path / "sweep.json"
+    taken = []
+    sweep = run_sweep([0, 1, 2], work, client, key=str, job={"sweep": "killing squares"}, encode=dict, decode=dict,
+                      checkpoint=path, on_result=lambda unit, result: taken.append(unit))
+    assert sweep.results == [{"square": 0}, {"square": 1}, {"square": 4}]
+    assert sorted(taken) == [0, 1, 2] and sweep.stats.computed == 3
+    assert sweep.stats.resubmitted >= 1 and int(counter.read_text()) == 6
+    assert load_sweep(path, {"sweep": "killing squares"}) == {"0": {"square": 0}, "1": {"square": 1},
+                                                              "2": {"square": 4}}
+    client.wait_for_workers(2, timeout=120)  # the nannies restart the killed workers
+
+
+def test_cli_runs_the_rows_on_a_cluster(client, tmp_path, capsys):
+    """certify tightness --scheduler ADDRESS: the rows as work units on the running cluster, checkpointed."""
+    path = tmp_path / "t.json"
+    assert main(["tightness", "--config", "dp", "--norm", "2", "--seconds", "0.3", "--quiet", "--out",
+                 str(tmp_path), "--scheduler", client.scheduler.address, "--checkpoint", str(path)]) == 0
+    assert "tightness, config dp" in capsys.readouterr().out
+    assert len(json.loads(path.read_text())["done"]) == 7  # R = 1, 2, ..., 64
