@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from certify import CheckpointError, ClusterError
-from certify.bounds.global_l2 import Frontier, global_l2_constant
+from certify.bounds.global_l2 import Frontier, core_norm, global_l2_constant
 from certify.bounds.global_l2._lower import search_lower
 from certify.distributed import (
     Checkpoint,
@@ -290,3 +290,20 @@ def test_cli_checkpoint_then_resume_writes_the_entry(client, tmp_path):
     entry = next(e for e in json.loads(out.read_text())["entries"] if (e["N"], e["d"], e["norm"]) == (2, 1, "inf"))
     assert entry["complete"] and entry["upper"] >= known_lower(2, 1, "inf")
     assert entry["command"].endswith("--resume FILE (2 runs)")
+
+
+def test_table_rows_of_the_dask_engine_say_whether_they_are_at_target():
+    """Rows added with the Dask engine (issue 19 item 4) carry their worker count, command and status; a row that is
+    not at the issue's target says so, and its ratio is the one of the value the table ships."""
+    script = universal_constants_script()
+    rows = [e for e in json.loads(TABLE.read_text())["entries"] if "status" in e]
+    assert {(e["N"], e["d"]) for e in rows} >= {(7, 1)}
+    for e in rows:
+        ratio = e["upper"] / e["lower"]
+        target = script.TARGETS.get((e["N"], e["d"]))
+        at_target = e["complete"] and (target is None or ratio <= target)
+        assert e["at_target"] == at_target and e["status"].startswith("complete" if at_target else "not at target")
+        assert f"ratio {ratio:.4f}" in e["status"]
+        assert e["workers"] >= 1 and f"--workers {e['workers']}" in e["command"]
+        attained = core_norm(np.asarray(e["witness"], dtype=np.float64), e["norm"])  # the lower bound is attained
+        assert attained == pytest.approx(e["lower"], rel=1e-12) and e["upper"] >= attained

@@ -15,7 +15,10 @@ from ._search import default_device as default_device, lower_bound as lower_boun
 from ._starts import castin_starts as castin_starts, lemma_starts as lemma_starts
 from ._tightness import (
     CONFIGS as CONFIGS,
+    TightnessPoint as TightnessPoint,
     TightnessRow as TightnessRow,
     config_weights as config_weights,
     tightness as tightness,
+    tightness_points as tightness_points,
+    tightness_row as tightness_row,
 )

@@ -56,6 +56,31 @@ class TightnessRow:
         row["ratios"] = {name: self.ratio(name) for name in self.uppers}
         return row
 
+    @staticmethod
+    def from_json(row: dict[str, Any]) -> "TightnessRow":
+        """The row ``to_json`` wrote (its ``ratios`` are recomputed; non-finite numbers may come back as the strings
+        ``write_json`` makes of them)."""
+        number = lambda x: None if x is None else float(x)  # noqa: E731
+        return TightnessRow(str(row["config"]), int(row["N"]), number(row["radius"]), str(row["norm"]),
+                            float(row["lower"]), {str(k): float(v) for k, v in row["uppers"].items()},
+                            float(row["seconds"]), str(row["found_in"]), number(row.get("naive")),
+                            row.get("witness"))
+
+
+@dataclasses.dataclass(frozen=True)
+class TightnessPoint:
+    """One independent unit of the sweep: a configuration at one N (or ball radius R) in one norm."""
+
+    config: str
+    N: int
+    radius: float | None
+    norm: str
+
+    @property
+    def key(self) -> str:
+        """A stable name, e.g. ``unit/N=4/R=-/inf`` (the key of its row in a sweep checkpoint)."""
+        return f"{self.config}/N={self.N}/R={'-' if self.radius is None else repr(self.radius)}/{self.norm}"
+
 
 def config_weights(config: str, seed: int = 0) -> AttentionWeights:
     """The layer of a configuration (float64)."""
@@ -86,6 +111,48 @@ def default_points(config: str, max_tokens: int) -> list[tuple[int, float | None
     return points
 
 
+def shown_methods(config: str, methods: tuple[str, ...] | None) -> tuple[str, ...]:
+    """The certified methods a row of ``config`` compares with (default `METHODS_SHOWN`); unknown names refused."""
+    names = METHODS_SHOWN[config] if methods is None else tuple(methods)
+    unknown = [name for name in names if name not in METHODS]
+    if unknown:
+        raise InvalidInputError(f"unknown method(s) {unknown}; known: {sorted(METHODS)}")
+    return names
+
+
+def tightness_points(config: str, norms: tuple[str, ...] = ("inf", "2"), max_tokens: int = 1024,
+                     points: list[tuple[int, float | None]] | None = None) -> list[TightnessPoint]:
+    """The units of one configuration's sweep, in the order of its table: each (N or R) in ``norms`` order."""
+    if config not in CONFIGS:
+        raise InvalidInputError(f"config must be one of {CONFIGS}, got {config!r}")
+    return [TightnessPoint(config, N, radius, norm) for N, radius in points or default_points(config, max_tokens)
+            for norm in norms]
+
+
+def tightness_row(point: TightnessPoint, seconds: float | None = 20.0, baseline: bool = False, seed: int = 0,
+                  device: str | None = None, progress: bool = False, methods: tuple[str, ...] | None = None,
+                  **search: Any) -> TightnessRow:
+    """One row of the sweep, a pure function of its arguments (with ``seconds`` None; a time budget makes the search
+    depend on the machine's speed): the lower bound of ``lower_bound``, every applicable certified upper bound, and
+    the naive baseline with the same wall time. The Dask engine runs it as one work unit
+    (``certify.distributed.dask_tightness``)."""
+    names = shown_methods(point.config, methods)
+    if baseline and point.radius is not None:
+        raise InvalidInputError("the naive baseline searches the whole space; use it with L2 configs")
+    weights = config_weights(point.config, seed)
+    domain: Domain = Global() if point.radius is None else Ball(point.radius)
+    N, norm = point.N, point.norm
+    lower = lower_bound(weights, N, norm, domain, seed=seed, seconds=seconds, device=device, progress=progress,
+                        **search)
+    uppers = {name: METHODS[name].compute(weights, N, norm, domain, lower_search=LOCAL_LOWER_SEARCH).value
+              for name in names if METHODS[name].applies(weights, domain, N, norm)}
+    naive = None
+    if baseline:
+        naive = naive_lower_bound(weights, N, norm, lower.seconds, seed=seed, device=lower.details["device"]).value
+    return TightnessRow(point.config, N, point.radius, norm, lower.value, uppers, lower.seconds,
+                        lower.details["found_in"], naive, lower.details["witness"])
+
+
 def tightness(config: str = "unit", norms: tuple[str, ...] = ("inf", "2"), max_tokens: int = 1024,
               seconds: float | None = 20.0, baseline: bool = False, seed: int = 0, device: str | None = None,
               progress: bool = False, points: list[tuple[int, float | None]] | None = None,
@@ -95,32 +162,19 @@ def tightness(config: str = "unit", norms: tuple[str, ...] = ("inf", "2"), max_t
 
     ``seconds`` is the search budget per row (None: run ``restarts`` x ``steps`` from ``search``); the naive
     baseline gets the wall time the search actually used. ``methods``: certified methods to compare with (default
-    `METHODS_SHOWN`, the closed-form ones; the slower branch-and-bound methods can be named here).
+    `METHODS_SHOWN`, the closed-form ones; the slower branch-and-bound methods can be named here). The rows are
+    ``tightness_row`` of each of ``tightness_points``, in order (``certify.distributed.dask_tightness`` runs them
+    on a Dask cluster, resumably).
     """
-    names = METHODS_SHOWN[config] if methods is None else methods
-    unknown = [name for name in names if name not in METHODS]
-    if unknown:
-        raise InvalidInputError(f"unknown method(s) {unknown}; known: {sorted(METHODS)}")
-    weights = config_weights(config, seed)
+    shown_methods(config, methods)
+    config_weights(config, seed)  # an unknown config is refused before any work
     rows = []
-    for N, radius in points or default_points(config, max_tokens):
-        domain: Domain = Global() if radius is None else Ball(radius)
-        for norm in norms:
-            lower = lower_bound(weights, N, norm, domain, seed=seed, seconds=seconds, device=device,
-                                progress=progress, **search)
-            uppers = {name: METHODS[name].compute(weights, N, norm, domain, lower_search=LOCAL_LOWER_SEARCH).value
-                      for name in names if METHODS[name].applies(weights, domain, N, norm)}
-            naive = None
-            if baseline:
-                if radius is not None:
-                    raise InvalidInputError("the naive baseline searches the whole space; use it with L2 configs")
-                naive = naive_lower_bound(weights, N, norm, lower.seconds, seed=seed,
-                                          device=lower.details["device"]).value
-            row = TightnessRow(config, N, radius, norm, lower.value, uppers, lower.seconds, lower.details["found_in"],
-                               naive, lower.details["witness"])
-            if on_row is not None:
-                on_row(row)
-            rows.append(row)
+    for point in tightness_points(config, norms, max_tokens, points):
+        row = tightness_row(point, seconds=seconds, baseline=baseline, seed=seed, device=device, progress=progress,
+                            methods=methods, **search)
+        if on_row is not None:
+            on_row(row)
+        rows.append(row)
     return rows
 
 

@@ -6,7 +6,11 @@
 frontier, the lower bound and the certified bound, and checkpoints them (``save_checkpoint``, atomic);
 ``resume_global_l2_constant(FILE, client)`` continues a stopped search. The single-process search needs none of this.
 
-`_engine` the coordinator; `_tasks` the work unit; `_checkpoint` the checkpoint file; `_cluster` the clients.
+Sweeps of independent work units (the tightness sweep: ``dask_tightness``; any other: ``run_sweep``) run on the same
+clients, checkpointed after each finished unit and resumable (``_sweep``).
+
+`_engine` the coordinator; `_tasks` the work unit; `_checkpoint` the checkpoint file; `_cluster` the clients;
+`_sweep` the sweeps; `_simulated` a sleeping work unit for benchmarks/distributed.py --simulate.
 """
 
 from ._checkpoint import (
@@ -20,4 +24,12 @@ from ._engine import (
     EngineStats as EngineStats,
     dask_global_l2_constant as dask_global_l2_constant,
     resume_global_l2_constant as resume_global_l2_constant,
+)
+from ._sweep import (
+    Sweep as Sweep,
+    SweepStats as SweepStats,
+    dask_tightness as dask_tightness,
+    load_sweep as load_sweep,
+    run_sweep as run_sweep,
+    save_sweep as save_sweep,
 )
