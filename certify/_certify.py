@@ -18,6 +18,7 @@ from ._result import Certificate
 from .adversarial import LOCAL_LOWER_SEARCH, lower_bound
 from .attention import AttentionWeights, as_weights, check_tokens
 from .bounds import METHODS, require_global_lipschitz
+from .bounds.local import BudgetExceeded
 from .jacobian import check_norm
 
 
@@ -168,9 +169,15 @@ def certify_layer(layer: torch.nn.Module | AttentionWeights, tokens: int | None 
                            for m in chosen if m not in fitting]
                 chosen = fitting
     check_memory([m.name for m in chosen], weights, tokens, domain, restarts)
-    certificates = [m.compute(weights, tokens, norm, domain, time_budget=time_budget, progress=progress,
-                              lower_search=LOCAL_LOWER_SEARCH)
-                    for m in chosen]
+    certificates = []
+    for m in chosen:
+        try:
+            certificates.append(m.compute(weights, tokens, norm, domain, time_budget=time_budget, progress=progress,
+                                          lower_search=LOCAL_LOWER_SEARCH))
+        except BudgetExceeded as error:  # a one-pass method that cannot finish in time certifies nothing
+            if methods is not None and list(methods) != ["all"] and len(chosen) == 1:
+                raise
+            skipped.append(str(error))
     if lower:
         options = {"seconds": time_budget, **(lower_options or {})}
         certificates.append(lower_bound(weights, tokens, norm, domain, progress=progress, **options))

@@ -30,6 +30,10 @@ def method_floor_bytes(name: str, weights: AttentionWeights, N: int, domain: Dom
     """A lower bound on the memory certified method ``name`` needs for N tokens (0: independent of N)."""
     if name in ("bnb", "sdp") and not isinstance(domain, Global):
         return LOCAL_SAMPLES * (N * weights.D) ** 2 * FLOAT64_BYTES
+    if name == "streamed":
+        from .bounds.local._streamed import memory_estimate as streamed_memory
+
+        return streamed_memory(N, weights.D, weights.H, weights.d)
     return 0
 
 

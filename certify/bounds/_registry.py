@@ -24,7 +24,7 @@ from .._result import Certificate
 from ..attention import AttentionWeights
 from ._branch_and_bound import branch_and_bound, global_bnb_applies
 from .closed_form import castin_bound, factorised_bound, paper_bound
-from .local import MEMORY_LIMIT, memory_estimate, resolve_seeds, taylor_bound
+from .local import MEMORY_LIMIT, memory_estimate, resolve_seeds, streamed_bound, taylor_bound
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,3 +82,10 @@ register(Method("taylor", ("dp", "l2"), (EpsBall,),
                 "eps -> 0 (proofs/taylor_remainder.py); on a Ball(R) the branch and bound uses it per box",
                 extra=lambda w, N, domain: memory_estimate(
                     N, w.D, seeds=resolve_seeds("auto", N, w.D, w.kind)) <= MEMORY_LIMIT))
+register(Method("streamed", ("dp",), (EpsBall,),
+                lambda w, N, norm, domain, **options: streamed_bound(w, N, norm, domain, **options),
+                "first-order Taylor form about the centre without materialising J: ||J(X0)|| streamed one query token "
+                "at a time plus separable slope sums (MATH.md section 7); for layers too large for the taylor method",
+                default=True,
+                extra=lambda w, N, domain: memory_estimate(
+                    N, w.D, seeds=resolve_seeds("auto", N, w.D, w.kind)) > MEMORY_LIMIT))
