@@ -253,6 +253,23 @@ def _error_sum(p: _Product, a_spec: str, b_spec: str, out: str, terms: int) -> n
     return round_up(total + summed * 4 * ETA)
 
 
+def _sum_finite(x: np.ndarray, axis: int) -> np.ndarray:
+    """`sum_up` (an upper bound on the exact sum) for an array already known finite and nonnegative, without
+    `sum_up`'s two checking passes over it."""
+    n = x.shape[axis]
+    return up(np.sum(x, axis=axis) * (1.0 + 2.0 * (n + 2) * 2.0**-53) + (n + 1) * ETA)
+
+
+def _squares_finite(x: np.ndarray) -> np.ndarray:
+    """An upper bound on the exact sum of squares along the last axis of a finite nonnegative (m, n) array: each
+    square is within u of its float, the float sum of n such terms within gamma_{n-1}, so the factor
+    (1 + 2 (n + 3) u) covers both, plus (2 n + 1) eta for underflow (one dot product per row, BLAS)."""
+    n = x.shape[-1]
+    with np.errstate(under="ignore", over="ignore"):
+        squares = np.einsum("ij,ij->i", x, x)
+    return up(squares * (1.0 + 2.0 * (n + 3) * 2.0**-53) + (2 * n + 1) * ETA)
+
+
 def centre_sums(parts: HeadParts, w: _Weights, N: int, key_chunk: int, *, seconds: float | None = None,
                 progress: bool = False) -> MagnitudeSums:
     """Row, column and block sums of |J(X0)| from the point-box building blocks, one query token at a time.
@@ -293,14 +310,14 @@ def centre_sums(parts: HeadParts, w: _Weights, N: int, key_chunk: int, *, second
                 if not np.all(np.isfinite(t)):
                     unbounded = np.full((N, D), np.inf)
                     return MagnitudeSums(unbounded, unbounded, np.full((N, N), np.inf))
-                T = np.abs(t)
+                T = np.abs(t, out=t)
 
                 def error(out: str) -> np.ndarray:
                     return _add(_error_sum(value, "hl", "hEF", out, w.H), _error_sum(cross, "hlF", "hE", out, w.H))
 
-                row = _add(row, _mul(relative, sum_up(T.reshape(-1, D), axis=0)), error("F"))  # over (l, E)
-                columns[keys] = _add(columns[keys], _mul(relative, sum_up(T, axis=2)), error("lE"))  # over F
-                frobenius = up(np.sqrt(sum_up(up(T * T).reshape(T.shape[0], -1), axis=1)))
+                row = _add(row, _mul(relative, _sum_finite(T.reshape(-1, D), 0)), error("F"))  # over (l, E)
+                columns[keys] = _add(columns[keys], _mul(relative, _sum_finite(T, 2)), error("lE"))  # over F
+                frobenius = up(np.sqrt(_squares_finite(T.reshape(T.shape[0], -1))))
                 blocks[i, keys] = _add(_mul(relative, frobenius), error("l"))
                 if inside:
                     r = diagonal.rad  # (E, F)
