@@ -38,7 +38,7 @@ from ._clusters import cluster_norm, expand, round_multiplicities
 from ._eps_ball import applies as eps_ball_applies
 from ._eps_ball import eps_ball_ascent
 from ._domains import cpu64, natural_scale, project, starting_points, symmetric
-from ._objectives import PowerIteration, dense_norm, row_inf_norm
+from ._objectives import PowerIteration, dense_norm, row_block, row_inf_norm
 from ._starts import castin_starts, directions, lemma_starts
 
 DENSE_TWO_NORM = 64
@@ -196,6 +196,18 @@ def _objective(weights: AttentionWeights, norm: str, domain: Domain, shape: torc
     return _Objective(lambda X: power.objective(X, weights), power, factor=8.0)
 
 
+def _row_block_seconds(weights: AttentionWeights, N: int, rows: int = 8) -> float:
+    """Measured seconds of one float64 row block (D reverse-mode rows of one query token, `row_block`), from the
+    time of ``rows`` of them scaled to D, with a 50% margin: the final inf-norm recomputation's unit of work (a
+    forward-pass model underestimated it 5x at D = 768)."""
+    w = cpu64(weights)
+    X = torch.zeros(1, N, w.D, dtype=torch.float64)
+    chosen = list(range(min(rows, w.D)))
+    begin = time.perf_counter()
+    row_block(X, w, 0, False, rows=chosen)
+    return 1.5 * (time.perf_counter() - begin) * w.D / len(chosen)
+
+
 def _forward_seconds(weights: AttentionWeights, N: int, dtype: torch.dtype, device: torch.device) -> float:
     """Measured seconds of one forward pass at batch 1 (the best of three): the unit of the step-cost estimates."""
     w = weights.to(dtype, device)
@@ -351,7 +363,7 @@ def lower_bound(weights: AttentionWeights, N: int, norm: str, domain: Domain = G
     elif norm == "2":
         final_cost = 8 * forward64  # one power iteration and the closing Jacobian-vector product
     else:
-        final_cost = 4 * 16 * forward64  # one chunk of 16 rows
+        final_cost = _row_block_seconds(weights, N)  # the recomputation evaluates at least one block of D rows
     search_seconds = None
     if seconds is not None:
         used = time.perf_counter() - begin
