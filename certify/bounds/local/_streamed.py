@@ -75,6 +75,16 @@ def memory_estimate(N: int, D: int, H: int, d: int) -> int:
     return int(16 * (N * N * D + 2 * H * N * N * d + H * N * (d * d + D)) + 12 * CHUNK_BYTES)
 
 
+SECONDS_PER_UNIT = 1.5e-9
+"""Measured seconds per unit of 2 H N^2 D^2 (the GEMMs of `centre_sums`) on the 2-core development machine: 348 s
+at N = 128, D = 768, H = 12. Only used to refuse a pass 4x beyond the time budget before any work."""
+
+
+def predicted_seconds(N: int, D: int, H: int) -> float:
+    """The reference machine's time for the centre pass (SECONDS_PER_UNIT)."""
+    return SECONDS_PER_UNIT * 2 * H * N * N * D * D
+
+
 def plan_chunks(N: int, D: int, d: int) -> tuple[int, int]:
     """(query chunk, key chunk) sizes: c_q with c_q N^2 d intervals and c_l with c_l D^2 intervals near their
     byte targets, at least 1."""
@@ -380,10 +390,16 @@ def streamed_bound(weights: AttentionWeights, N: int, norm: str = "2", domain: D
     eta = float(np.max(round_up(np.maximum(box.hi - X0, X0 - box.lo))))
     nw = numpy_weights(w64)
     query_chunk, key_chunk = plan_chunks(N, nw.D, nw.d)
+    if time_budget is not None and predicted_seconds(N, nw.D, nw.H) / 4 > time_budget:
+        raise BudgetExceeded(
+            f"streamed: the pass needs about {predicted_seconds(N, nw.D, nw.H):.0f} s on this machine's reference "
+            f"speed (at least {predicted_seconds(N, nw.D, nw.H) / 4:.0f} s on a 4x faster one) > the time budget "
+            f"{time_budget:.0f} s (raise time_budget)")
+    parts = head_parts(Interval(X0, X0), nw, query_chunk)
+    setup = time.perf_counter() - start
+    left = None if time_budget is None else max(time_budget - 2 * setup, 0.0)  # the slope sums cost about the same
+    centre = centre_sums(parts, nw, N, key_chunk, seconds=left, progress=progress)
     R_S, C_S = slope_sums(box, nw, eta, query_chunk)
-    left = None if time_budget is None else max(time_budget - (time.perf_counter() - start), 0.0)
-    centre = centre_sums(head_parts(Interval(X0, X0), nw, query_chunk), nw, N, key_chunk, seconds=left,
-                            progress=progress)
     rows, columns = _add(centre.rows, R_S), _add(centre.columns, C_S)
     inf_norm = float(np.max(rows))
     schur = float(up(np.sqrt(up(np.max(rows) * np.max(columns)))))
