@@ -143,8 +143,28 @@ class Activation:
             raise InvalidInputError(f"activation must be one of {ACTIVATIONS}, got {self.kind!r}")
 
 
+class _HeadShapes:
+    """H, D, d and the output width of an attention block from W_Q (H, D, d) and W_O (H d, C) or None."""
+
+    @property
+    def H(self) -> int:
+        return self.W_Q.shape[0]
+
+    @property
+    def D(self) -> int:
+        return self.W_Q.shape[1]
+
+    @property
+    def d(self) -> int:
+        return self.W_Q.shape[2]
+
+    @property
+    def out_features(self) -> int:
+        return self.H * self.d if self.W_O is None else self.W_O.shape[1]
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
-class Attention:
+class Attention(_HeadShapes):
     """Dot-product multi-head attention (MATH.md section 1) with biases and an optional causal mask.
 
     W_Q, W_K, W_V: (H, D, d); b_Q, b_K, b_V: (H, d) or None; W_O: (H d, D') or None (identity); b_O: (D',) or None;
@@ -187,25 +207,9 @@ class Attention:
         _set(self, "scale", scale)
         _set(self, "causal", bool(self.causal))
 
-    @property
-    def H(self) -> int:
-        return self.W_Q.shape[0]
-
-    @property
-    def D(self) -> int:
-        return self.W_Q.shape[1]
-
-    @property
-    def d(self) -> int:
-        return self.W_Q.shape[2]
-
-    @property
-    def out_features(self) -> int:
-        return self.H * self.d if self.W_O is None else self.W_O.shape[1]
-
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class L2Attention:
+class L2Attention(_HeadShapes):
     """Tied L2 multi-head attention (MATH.md section 1) with an optional causal mask: per head h,
 
         P^h_ij = softmax_j(-||x_i^T W^Q_h - x_j^T W^Q_h||_2^2 / sqrt(d)),   f^h(X) = P^h X A_h W^V_h,
@@ -237,22 +241,6 @@ class L2Attention:
             if self.b_O.shape[0] != self.out_features:
                 raise InvalidInputError(f"b_O must have {self.out_features} entries, got {self.b_O.shape}")
         _set(self, "causal", bool(self.causal))
-
-    @property
-    def H(self) -> int:
-        return self.W_Q.shape[0]
-
-    @property
-    def D(self) -> int:
-        return self.W_Q.shape[1]
-
-    @property
-    def d(self) -> int:
-        return self.W_Q.shape[2]
-
-    @property
-    def out_features(self) -> int:
-        return self.H * self.d if self.W_O is None else self.W_O.shape[1]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
