@@ -4,8 +4,8 @@ local Lipschitz constant over that box (float64, outward rounded; MATH.md sectio
 Margins (u = 2^-52, stated here once): a product of a float matrix with an interval in midpoint-radius form,
 c W +- r |W| over n terms, is widened by 4 (n + 2) u (|c| |W| + r |W|) (covers the gamma_{n+1} error of each float
 dot product, Higham Thm 3.5, with room), times (1 + 4u), plus 1e-300 (underflow), then its ends rounded outward.
-GELU and its derivative at float points (scipy's ndtr and exp) get a relative margin of 1e-12 plus 1e-300; softmax
-uses certify.interval's outward-rounded exp, sums and reciprocals.
+GELU and its derivative at float points (scipy's ndtr and exp) get a margin of 1e-12 times the magnitudes of their
+terms plus 1e-300; softmax uses certify.interval's outward-rounded exp, sums and reciprocals.
 """
 
 from __future__ import annotations
@@ -67,44 +67,68 @@ def imatmul(a: Interval, b: Interval) -> Interval:
     return _widen(ac @ bc, rad, np.abs(ac) @ np.abs(bc), a.shape[-1])
 
 
-def _with_margin(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    m = GELU_MARGIN * np.abs(v) + TINY
+def _with_margin(v: np.ndarray, scale: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """[v - m, v + m], m = GELU_MARGIN scale + 1e-300: scale bounds the magnitudes of the terms summed into v."""
+    m = GELU_MARGIN * scale + TINY
     return round_down(v - m), round_up(v + m)
 
 
-def _gelu(x: np.ndarray) -> np.ndarray:
-    return x * ndtr(x)
+def _gelu(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """An enclosure of GELU(x) = x Phi(x) at float points x (one product: the margin is relative to the value)."""
+    v = x * ndtr(x)
+    return _with_margin(v, np.abs(v))
 
 
-def _gelu_prime(x: np.ndarray) -> np.ndarray:
-    return ndtr(x) + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+def _gelu_prime(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """An enclosure of GELU'(x) = Phi(x) + x phi(x) at float points x. Near GELU's minimum (x = -0.75179...) the two
+    terms (about 0.226 each) cancel, so the margin is relative to their magnitudes, not to the sum (a margin relative
+    to the sum missed the exact value by 6e-17 at x = -0.75174)."""
+    Phi, x_phi = ndtr(x), x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+    return _with_margin(Phi + x_phi, Phi + np.abs(x_phi))
 
 
-GELU_ARGMIN = (-0.7519, -0.7517)  # GELU decreases left of -0.75179..., increases right of it
-GELU_MIN_LOWER = -0.17  # min GELU = -0.16997...
-GELU_PRIME_EXTREMA = (-0.12891, 1.12891)  # at -sqrt 2 (min -0.1289041...) and +sqrt 2 (max 1.1289041...)
+# Constants of GELU(x) = x Phi(x) (mpmath, 40 digits; each rounded outward in its last digit):
+GELU_ARGMIN = (-0.7519, -0.7517)  # GELU decreases left of -0.7517915246..., increases right of it
+GELU_MIN_LOWER = -0.1699712075  # min GELU = -0.16997120747990...
+# GELU' = Phi + x phi has its extrema at -sqrt 2 (min -0.12890414518515...) and +sqrt 2 (max 1.12890414518515...)
+GELU_PRIME_EXTREMA = (-0.1289041452, 1.1289041452)
+GELU_SECOND_MAX = 0.7978845609  # max |GELU''| = max phi(x) |2 - x^2| = 2 phi(0) = 0.79788456080286...
+
+
+def _centred(value: tuple[np.ndarray, np.ndarray], slope: np.ndarray, x: Interval) -> Interval:
+    """The mean-value form f(c) + [-slope, slope] rad(x) about c = mid(x), with f(c) in ``value``'s margin: it contains
+    f(t) for every t in x when slope >= sup |f'| over x and ``value`` encloses f(mid(x)). Tight for narrow x, where
+    the endpoint rules are not (a point near GELU's minimum got the whole gap to GELU_MIN_LOWER)."""
+    finite = np.isfinite(x.lo) & np.isfinite(x.hi) & np.isfinite(value[0]) & np.isfinite(value[1])
+    with np.errstate(invalid="ignore"):
+        lo, hi = value
+        spread = round_up(round_up(slope * x.rad) * (1 + 4 * U) + TINY)
+        return _interval(np.where(finite, round_down(lo - spread), -np.inf),
+                         np.where(finite, round_up(hi + spread), np.inf))
 
 
 def activation_interval(kind: str, x: Interval) -> Interval:
     if kind == "relu":
         return _interval(np.maximum(x.lo, 0.0), np.maximum(x.hi, 0.0))
-    glo, ghi = _with_margin(_gelu(x.lo)), _with_margin(_gelu(x.hi))
-    lo = np.where(x.hi <= GELU_ARGMIN[0], ghi[0], np.where(x.lo >= GELU_ARGMIN[1], glo[0], GELU_MIN_LOWER))
-    hi = np.where(x.hi <= GELU_ARGMIN[0], glo[1], np.where(x.lo >= GELU_ARGMIN[1], ghi[1],
-                                                           np.maximum(glo[1], ghi[1])))
-    return _interval(lo, hi)
+    with np.errstate(invalid="ignore"):  # infinite ends: the centred form gives up there (the whole line)
+        glo, ghi = _gelu(x.lo), _gelu(x.hi)
+        lo = np.where(x.hi <= GELU_ARGMIN[0], ghi[0], np.where(x.lo >= GELU_ARGMIN[1], glo[0], GELU_MIN_LOWER))
+        hi = np.where(x.hi <= GELU_ARGMIN[0], glo[1], np.where(x.lo >= GELU_ARGMIN[1], ghi[1],
+                                                               np.maximum(glo[1], ghi[1])))
+        return intersect(_interval(lo, hi), _centred(_gelu(x.mid), derivative_interval(kind, x).mag, x))
 
 
 def derivative_interval(kind: str, x: Interval) -> Interval:
     """The set of act'(t) for t in x (Clarke's [0, 1] at ReLU's kink)."""
     if kind == "relu":
         return _interval(np.where(x.lo > 0, 1.0, 0.0), np.where(x.hi >= 0, 1.0, 0.0))
-    dlo, dhi = _with_margin(_gelu_prime(x.lo)), _with_margin(_gelu_prime(x.hi))
-    lo, hi = np.minimum(dlo[0], dhi[0]), np.maximum(dlo[1], dhi[1])
-    s = math.sqrt(2.0)
-    lo = np.where((x.lo <= -s + 1e-3) & (x.hi >= -s - 1e-3), np.minimum(lo, GELU_PRIME_EXTREMA[0]), lo)
-    hi = np.where((x.lo <= s + 1e-3) & (x.hi >= s - 1e-3), np.maximum(hi, GELU_PRIME_EXTREMA[1]), hi)
-    return _interval(lo, hi)
+    with np.errstate(invalid="ignore"):
+        dlo, dhi = _gelu_prime(x.lo), _gelu_prime(x.hi)
+        lo, hi = np.minimum(dlo[0], dhi[0]), np.maximum(dlo[1], dhi[1])
+        s = math.sqrt(2.0)
+        lo = np.where((x.lo <= -s + 1e-3) & (x.hi >= -s - 1e-3), np.minimum(lo, GELU_PRIME_EXTREMA[0]), lo)
+        hi = np.where((x.lo <= s + 1e-3) & (x.hi >= s - 1e-3), np.maximum(hi, GELU_PRIME_EXTREMA[1]), hi)
+        return intersect(_interval(lo, hi), _centred(_gelu_prime(x.mid), np.full(x.shape, GELU_SECOND_MAX), x))
 
 
 def intersect(a: Interval, b: Interval) -> Interval:
