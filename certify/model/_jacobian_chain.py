@@ -343,13 +343,28 @@ def _widen(W: Interval, E: np.ndarray) -> Interval:
     return Interval(round_down(W.lo - E), round_up(W.hi + E))
 
 
+def _image_of_point(block: object, point: Interval, box: Interval, A: np.ndarray, delta: np.ndarray) -> Interval:
+    """An enclosure of f(y0) for the exact image y0 of x0, known to lie in ``point`` and in ``box`` (block f with
+    |J_f| <= |A| + Delta over the box): with c = mid(point & box), f(y0) = f(c) + J_f(xi) (y0 - c) for some xi on the
+    segment [c, y0] (inside the box), so f(y0) in f([c, c]) +- (|A| + Delta) rad(point & box). Intersected with the
+    interval image of ``point``. The interval image alone widens a narrow input about 100-fold per attention block
+    (each score, exponential and sum is bounded separately): on the digits ViT the point's enclosure grew from 1e-13
+    to 5e-3 over three layers, more than the eps = 1e-5 ball's own spread."""
+    inner = intersect(point, box)
+    centre = inner.mid
+    base = enclose(block, Interval(centre, centre.copy()))
+    spread = _product_up(_up(np.abs(A) + delta, 1), inner.rad.reshape(-1)).reshape(base.shape)
+    centred = Interval(round_down(base.lo - spread), round_up(base.hi + spread))
+    return intersect(enclose(block, point), centred)
+
+
 def _one_step(state: _Prefix, block: object, domain: Domain) -> tuple[_Prefix, tuple[np.ndarray, np.ndarray]]:
     """One block with the one-step bound: J in A W + Delta |W| (entrywise) plus (||A|| + ||Delta||) e (inner boxes;
     state.W already holds the first-order error of the prefix)."""
     A, delta = block_jacobian(block, state.box, state.point)
     W = _widen(imatmul(Interval(A, A), state.W), _product_up(delta, state.W.mag))
     e_inf = float(_up((Segment(A).norm("inf") + _norm(delta, "inf")) * state.error_inf, 2))
-    point = enclose(block, state.point)
+    point = _image_of_point(block, state.point, state.box, A, delta)
     box = _box(enclose(block, state.box), point, W, e_inf, domain)
     return _Prefix(box, point, W, e_inf), (A, delta)
 
@@ -400,7 +415,7 @@ def _enclose_chain(blocks: tuple, x0: np.ndarray, domain: Domain, names: list[st
             out_point, naive = point + state.point, box + state.box
         else:
             A, delta = block_jacobian(block, box, point)
-            out_point, naive = enclose(block, point), enclose(block, box)
+            out_point, naive = _image_of_point(block, point, box, A, delta), enclose(block, box)
         segments = [P.times(A) for P in segments]
         if np.any(delta > 0):
             sources.append(_Source.of(k, delta, W, domain.norm))
