@@ -16,7 +16,7 @@ from problems import random_weights
 
 from certify._domain import EpsBall
 from certify.bounds.local._enclosure import numpy_weights
-from certify.bounds.local._slopes import dp_slopes
+from certify.bounds.local._slopes import dp_slopes, integral_slopes
 from certify.bounds.local._taylor import taylor_bound
 from certify.interval import Interval
 from certify.jacobian import jacobian, jacobian_norm
@@ -80,13 +80,61 @@ def test_the_slopes_taylor_bound_is_above_every_attained_norm(problem, eps, norm
     assert cert.details["seeds"] == "slopes"
 
 
-def _caught(scale: float) -> bool:
+def _integral(box: Interval, centre: np.ndarray, w, max_steps: int = 8) -> np.ndarray:
+    return integral_slopes(box, centre, w, max_steps=max_steps)[0]
+
+
+@settings(max_examples=20)
+@given(biased_dp_layers(), st.sampled_from([1e-2, 1e-1, 0.5]), st.sampled_from([2, 4, 8]),
+       st.floats(0.0, 1.0), st.integers(0, 2**31 - 1))
+def test_the_integral_form_bounds_sampled_differences(problem, eps, max_steps, share, seed):
+    """|J(X) - J(X0)| <= S for X in a box about X0 (X0 off its middle: `share` of eps on one side), S from K nested
+    boxes (`integral_slopes`); at random points and vertices."""
+    weights, X0 = problem
+    x0 = X0.numpy()
+    g = torch.Generator().manual_seed(seed)
+    below = eps * torch.rand(X0.shape, generator=g, dtype=F64).numpy() * share
+    above = eps - below
+    box = Interval(x0 - below, x0 + above)
+    S, steps = integral_slopes(box, x0, numpy_weights(weights), max_steps=max_steps)
+    assert steps == max_steps
+    fractions = torch.cat([torch.rand(16, *X0.shape, generator=g, dtype=F64),
+                           (torch.randn(16, *X0.shape, generator=g, dtype=F64) > 0).to(F64)])
+    points = torch.from_numpy(box.lo) + fractions * torch.from_numpy(box.hi - box.lo)
+    J0 = jacobian(X0[None], weights)[0].numpy()
+    J = jacobian(points, weights).numpy()
+    assert np.all(np.abs(J - J0) <= S + 1e-12 * (1 + np.abs(J0).max()))
+
+
+def test_the_integral_form_is_the_slope_at_one_step_and_never_worse():
+    weights = random_weights("dp", 2, 2, scale=2.0, seed=11, bias=True)
+    X0 = torch.randn(4, weights.D, generator=torch.Generator().manual_seed(3), dtype=F64)
+    x0, w = X0.numpy(), numpy_weights(weights)
+    box = Interval(x0 - 0.2, x0 + 0.2)
+    single = dp_slopes(box, x0, w, exact_diagonal=False)
+    one_step = _integral(box, x0, w, max_steps=1)
+    assert np.all(one_step >= single) and np.allclose(one_step, single, rtol=1e-14, atol=0)
+    refined = _integral(box, x0, w, max_steps=8)
+    assert np.all(refined <= one_step)
+    # where the box moves the softmax, the average over nested boxes is well below the whole box's slope
+    assert refined.sum((2, 3)).max() < 0.8 * single.sum((2, 3)).max()
+
+
+def test_the_integral_form_stops_at_its_time_budget():
+    weights = random_weights("dp", 1, 2, seed=4, bias=True)
+    x0 = np.random.default_rng(0).standard_normal((3, weights.D))
+    box, w = Interval(x0 - 0.1, x0 + 0.1), numpy_weights(weights)
+    assert integral_slopes(box, x0, w, max_steps=16, time_budget=0.0)[1] == 1  # the first pass always runs
+    assert integral_slopes(box, x0, w, max_steps=16, time_budget=60.0)[1] == 16
+
+
+def _caught(scale: float, slopes=dp_slopes) -> bool:
     """Whether a vertex X0 + eps sign(dJ_a/dX (X0)) leaves J_a(X0) +- scale S_a for one of the entries a where S is
     closest to the exact slope (there S_a is within a few percent of what that vertex attains, to first order)."""
     weights = random_weights("dp", 1, 2, scale=2.0, seed=5, bias=True)
     X0 = torch.randn(3, weights.D, generator=torch.Generator().manual_seed(7), dtype=F64)
     x0, eps = X0.numpy(), 1e-5
-    S = dp_slopes(Interval(x0 - eps, x0 + eps), x0, numpy_weights(weights)) * scale
+    S = slopes(Interval(x0 - eps, x0 + eps), x0, numpy_weights(weights)) * scale
     n = X0.numel()
     G = torch.autograd.functional.jacobian(lambda X: jacobian(X[None], weights)[0].reshape(n * n), X0).reshape(n * n, n)
     exact = G.abs().sum(1).numpy() * eps
@@ -101,9 +149,10 @@ def _caught(scale: float) -> bool:
     return False
 
 
-def test_a_ten_percent_too_small_slope_is_caught():
-    assert not _caught(1.0)
-    assert _caught(0.9)
+@pytest.mark.parametrize("slopes", [dp_slopes, _integral], ids=["one box", "nested boxes"])
+def test_a_ten_percent_too_small_slope_is_caught(slopes):
+    assert not _caught(1.0, slopes)
+    assert _caught(0.9, slopes)
 
 
 def test_the_slopes_bound_tends_to_the_norm_at_the_centre():

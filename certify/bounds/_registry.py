@@ -77,7 +77,8 @@ register(Method("sdp", ("dp", "l2"), (Ball, EpsBall),
                 "local branch and bound with certified SDP norm bounds on the leading boxes (certify.sdp)",
                 norms=("2",), default=False))
 register(Method("taylor", ("dp", "l2"), (EpsBall,),
-                lambda w, N, norm, domain, **_: taylor_bound(w, N, norm, domain),
+                lambda w, N, norm, domain, time_budget=None, **_: taylor_bound(w, N, norm, domain,
+                                                                               time_budget=time_budget),
                 "first-order Taylor form of J about the centre: ||J(X0)|| plus a certified remainder, exact as "
                 "eps -> 0 (proofs/taylor_remainder.py); on a Ball(R) the branch and bound uses it per box",
                 extra=lambda w, N, domain: memory_estimate(

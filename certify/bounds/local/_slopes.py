@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
+from typing import Callable
 
 import numpy as np
 
@@ -294,3 +296,62 @@ def _diagonal_slope(P: Interval, k_tilde: Interval, v_tilde: Interval, b: Interv
         mags[i] = own.mag
         out[i] = _weighted(h[:, :, None, None], mags, (0, 1))
     return out
+
+
+def nested_box(box: Interval, centre: np.ndarray, t: float) -> Interval:
+    """B_t = B intersected with centre +- t h (h the box's half-widths about the centre), rounded outward: it holds
+    X0 + s (X - X0) for every X in B and 0 <= s <= t."""
+    h = round_up(np.maximum(box.hi - centre, centre - box.lo))
+    reach = round_up(t * h)
+    return Interval(np.maximum(box.lo, round_down(centre - reach)), np.minimum(box.hi, round_up(centre + reach)))
+
+
+def _reweighted(box: Interval, sub: Interval, centre: np.ndarray) -> float:
+    """An upper bound on max_m h_m / h_m(B_t) (coordinates with h_m > 0): `dp_slopes` on B_t weighs coordinate m by
+    B_t's half-width h_m(B_t) (about t h_m); the segment needs h_m."""
+    h = round_up(np.maximum(box.hi - centre, centre - box.lo))
+    h_t = round_up(np.maximum(sub.hi - centre, centre - sub.lo))
+    moving = h > 0
+    if not np.any(moving):
+        return 0.0
+    return float(round_up(np.max(round_up(h[moving] / h_t[moving]))))
+
+
+def integral_slopes(box: Interval, centre: np.ndarray, w: _Weights, *, max_steps: int = 16,
+                    time_budget: float | None = None, exact_diagonal: bool = False,
+                    clock: Callable[[], float] = time.perf_counter) -> tuple[np.ndarray, int]:
+    """(S, K): S >= |J(X) - J(X0)| entrywise for every X in the box, from `dp_slopes` on K nested boxes.
+
+    The integral form of the mean-value theorem, J(X) - J(X0) = int_0^1 sum_m Delta_m dJ/dX_m(X0 + s Delta) ds
+    (Delta = X - X0, |Delta_m| <= h_m), cut at t_k = k / K: for s in [t_{k-1}, t_k] the point X0 + s Delta lies in
+    B_{t_k} (`nested_box`), so
+
+        |J(X) - J(X0)| <= sum_k (t_k - t_{k-1}) sum_m h_m sup_{B_{t_k}} |dJ/dX_m| <= (1/K) sum_k c_k S(B_{t_k}),
+
+    with S(B) = `dp_slopes` (weights h_m(B)) and c_k >= max_m h_m / h_m(B_{t_k}) (about 1/t_k). K = 1 is `dp_slopes`
+    itself. The slopes grow with the box (the softmax moves), so the average over nested boxes is below the slope
+    of the whole box: on a trained D = 48 layer at eps = 1e-2 the inf-norm bound drops from 77.0 (K = 1) to 68.5
+    (K = 8), at eps = 3e-2 from 627 to 301. K doubles (1, 2, 4, ..., max_steps; the boxes of one level are reused
+    by the next, t_k = k / K being exact binary fractions) while the next level's passes, timed on the first,
+    fit in ``time_budget`` seconds (None: K = max_steps); the result is the entrywise minimum over the levels.
+    """
+    start = clock()
+    total = np.zeros((*box.shape, *box.shape))  # sum_k c_k S(B_{t_k}) over the current level's t_k
+    best: np.ndarray | None = None
+    steps, done = 1, []
+    while True:
+        for k in range(1, steps + 1, 2):  # the points t_k = k / K new at this level (K = 1: t = 1, the box)
+            pass_start = clock()
+            sub = box if steps == 1 else nested_box(box, centre, k / steps)
+            S = dp_slopes(sub, centre, w, exact_diagonal=exact_diagonal)
+            total = _add(total, _mul(np.full(1, _reweighted(box, sub, centre)), S))
+            done.append(clock() - pass_start)
+        level = round_up(total / steps)  # steps is a power of two: exact but for subnormals
+        best = level if best is None else np.minimum(best, level)
+        next_passes = steps  # the odd multiples of 1 / (2 steps)
+        if 2 * steps > max_steps:
+            break
+        if time_budget is not None and clock() - start + next_passes * max(done) > time_budget:
+            break
+        steps *= 2
+    return best, steps

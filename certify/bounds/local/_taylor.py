@@ -47,7 +47,7 @@ from ...sdp._floating import ETA, U, gamma, lambda_min_lower, norm2_upper, up
 from ._domain import initial_box
 from ._dual import Dual
 from ._enclosure import _Weights, jacobian_enclosure, numpy_weights
-from ._slopes import dp_slopes
+from ._slopes import dp_slopes, integral_slopes
 
 BYTES_PER_ENTRY = 400
 """Peak bytes per entry of J (N^2 D^2 entries per box) of one Taylor evaluation, rounded up from tracemalloc
@@ -63,6 +63,10 @@ tracemalloc measurements at D = 64, 128 and 256, N = 17 (153-164 B)."""
 DENSE_NORM_MAX = 2048
 """Above this N D, the 2-norm of the centre's enclosure is bounded without a dense eigenvalue problem
 (min of || |c| ||_2 and sqrt(||c||_1 ||c||_inf)), and the direct enclosure of J over the box is skipped."""
+
+
+REFINEMENT_SHARE = 0.6
+"""taylor_bound with seeds "slopes": the share of its time_budget the extra passes of the integral form may use."""
 
 
 def memory_estimate(N: int, D: int, boxes: int = 1, seeds: str = "directional") -> int:
@@ -104,6 +108,7 @@ class TaylorEnclosure:
     at_centre: Interval
     remainder: Interval
     direct: Interval
+    steps: int = 1  # nested boxes of the slopes' integral form (`_slopes.integral_slopes`; 1 for the other seeds)
 
 
 SEEDS: tuple[str, ...] = ("directional", "coordinates", "layered", "slopes")
@@ -134,8 +139,8 @@ def coordinate_remainder(box: Interval, centre: np.ndarray, w: _Weights, chunk: 
 
 
 def taylor_enclosure(box: Interval, centre: np.ndarray, w: _Weights, *, seeds: str = "directional",
-                     chunk: int = 16, remainder_scale: float = 1.0,
-                     exact_diagonal: bool | None = None) -> TaylorEnclosure:
+                     chunk: int = 16, remainder_scale: float = 1.0, exact_diagonal: bool | None = None,
+                     max_steps: int = 1, time_budget: float | None = None) -> TaylorEnclosure:
     """The Taylor form of J over boxes (..., N, D) about points `centre` (..., N, D) inside them.
 
     seeds: "directional" (one tangent holding the interval direction B - X0: cost about 3 enclosures of J) or
@@ -144,11 +149,14 @@ def taylor_enclosure(box: Interval, centre: np.ndarray, w: _Weights, *, seeds: s
     one entrywise) or "layered" (DP, one box: `dp_layered_enclosure`; 4-5x tighter remainder than "directional"
     on small layers, but slow: over 10 minutes at N = 17, D = 48 here) or "slopes" (DP: T = [-S, S] with S the
     coordinate slopes of J bounded from its building blocks, `_slopes.dp_slopes`: N^2 D^3 work per head, within
-    1.5x of the exact entrywise slope on trained layers). `remainder_scale` < 1 deliberately shrinks T (for tests that must catch a too-small
-    remainder); it is never used by a certified bound.
+    1.5x of the exact entrywise slope on trained layers; with max_steps > 1, `_slopes.integral_slopes`: the slopes
+    averaged over up to max_steps nested boxes, as many as fit in time_budget seconds, each with the separable
+    diagonal unless exact_diagonal is True). `remainder_scale` < 1 deliberately shrinks T (for tests that must catch
+    a too-small remainder); it is never used by a certified bound.
     """
     if seeds not in SEEDS:
         raise InvalidInputError(f"seeds must be one of {SEEDS}, got {seeds!r}")
+    steps = 1
     centre = np.asarray(centre, dtype=np.float64)
     if centre.shape != box.shape:
         raise InvalidInputError(f"the centre must have the box's shape {box.shape}, got {centre.shape}")
@@ -166,8 +174,14 @@ def taylor_enclosure(box: Interval, centre: np.ndarray, w: _Weights, *, seeds: s
             raise InvalidInputError("seeds='slopes' covers DP layers (the building blocks of the DP Jacobian)")
         flat_lo, flat_hi = box.lo.reshape(-1, N, D), box.hi.reshape(-1, N, D)
         flat_centre = centre.reshape(-1, N, D)
-        S = np.stack([dp_slopes(Interval(flat_lo[b], flat_hi[b]), flat_centre[b], w, exact_diagonal=exact_diagonal)
-                      for b in range(batch)])
+        if max_steps > 1:
+            parts = [integral_slopes(Interval(flat_lo[b], flat_hi[b]), flat_centre[b], w, max_steps=max_steps,
+                                     time_budget=time_budget, exact_diagonal=bool(exact_diagonal))
+                     for b in range(batch)]
+            S, steps = np.stack([part[0] for part in parts]), min(part[1] for part in parts)
+        else:
+            S = np.stack([dp_slopes(Interval(flat_lo[b], flat_hi[b]), flat_centre[b], w,
+                                    exact_diagonal=exact_diagonal) for b in range(batch)])
         S = S.reshape(*box.shape[:-2], N, D, N, D)
         if N * D <= DENSE_NORM_MAX:
             direct = jacobian_enclosure(box, w)
@@ -183,7 +197,7 @@ def taylor_enclosure(box: Interval, centre: np.ndarray, w: _Weights, *, seeds: s
     if remainder_scale != 1.0:
         remainder = Interval(remainder.lo * remainder_scale, remainder.hi * remainder_scale)
     at_centre = jacobian_enclosure(Interval(centre, centre), w)
-    return TaylorEnclosure(at_centre, remainder, direct)
+    return TaylorEnclosure(at_centre, remainder, direct, steps)
 
 
 def _matrix(x: Interval) -> tuple[np.ndarray, np.ndarray]:
@@ -357,13 +371,16 @@ def taylor_box_bounds(boxes: Interval, w: _Weights, norm: str, seeds: str = "aut
 
 
 def taylor_bound(weights: AttentionWeights, N: int, norm: str = "2", domain: Domain = Ball(1.0), *,
-                 seeds: str = "auto", exact_diagonal: bool | None = None, **_: object) -> Certificate:
+                 seeds: str = "auto", exact_diagonal: bool | None = None, time_budget: float | None = None,
+                 max_steps: int = 16, **_: object) -> Certificate:
     """Certified bound on Lip_norm(F) over a local domain from one Taylor form (module docstring).
 
     EpsBall(X0, eps, p): the box X0 +- eps about X0 (it contains the ball for both p); Ball(R): the box [-R, R]^{N D}
     about 0 (valid, but loose: use the branch and bound there). seeds: "auto", "directional" or "coordinates"
     (`taylor_enclosure`). The lower bound in the details is ||J(X0)||_norm,
-    attained at the centre, which lies in the domain.
+    attained at the centre, which lies in the domain. With seeds "slopes" and a time_budget, the slopes are averaged
+    over up to max_steps nested boxes (`_slopes.integral_slopes`), their extra passes within REFINEMENT_SHARE of the
+    budget (the first pass, the centre and the norms are not bounded by it).
 
     Returns Certificate(kind="upper", certified=True, method="taylor"), details: lower, ratio, at_centre (a proven
     upper bound on ||J(X0)||, the limit of the bound as eps -> 0), remainder (value minus at_centre), memory_estimate.
@@ -385,7 +402,10 @@ def taylor_bound(weights: AttentionWeights, N: int, norm: str = "2", domain: Dom
         X0 = np.zeros((N, D))
     seeds = resolve_seeds(seeds, N, D, nw.kind)
     check_memory(N, D, seeds=seeds)
-    form = taylor_enclosure(box, X0, nw, seeds=seeds, exact_diagonal=exact_diagonal)
+    steps = max_steps if seeds == "slopes" and time_budget is not None else 1
+    passes_budget = None if time_budget is None else REFINEMENT_SHARE * time_budget - (time.perf_counter() - start)
+    form = taylor_enclosure(box, X0, nw, seeds=seeds, exact_diagonal=exact_diagonal, max_steps=steps,
+                            time_budget=passes_budget)
     centre = MatrixEnclosure.from_bounds(*_matrix(form.at_centre))
     if norm == "2":
         c_norm = centre_norm2_upper(centre.center)
@@ -402,7 +422,8 @@ def taylor_bound(weights: AttentionWeights, N: int, norm: str = "2", domain: Dom
         message=(f"first-order Taylor form about the centre: ||J(X0)|| <= {at_centre:.6g} plus the remainder "
                  f"(proofs/taylor_remainder.py); upper / ||J(X0)|| = {ratio:.4f}"),
         details={"lower": lower, "witness": X0.tolist(), "ratio": ratio, "at_centre": at_centre,
-                 "remainder": value - at_centre, "seeds": seeds, "memory_estimate": memory_estimate(N, D, seeds=seeds)},
+                 "remainder": value - at_centre, "seeds": seeds, "steps": form.steps,
+                 "memory_estimate": memory_estimate(N, D, seeds=seeds)},
     )
 
 
