@@ -311,7 +311,7 @@ def check_assembly(sizes: Sequence[tuple[int, int]] = SIZES,
 
 
 def check_sums_dominate(sizes: Sequence[tuple[int, int]] = SIZES, slope_sums: Callable | None = None) -> Check:
-    """Part (2)+(3) alone: the shipped sums dominate the entrywise triangle bound (soundness; tests/test_mutations.py)."""
+    """Part (2)+(3) alone: the shipped sums dominate the entrywise triangle bound (soundness; test_mutations.py)."""
     return check_assembly(sizes, slope_sums)[0][0]
 
 
