@@ -48,10 +48,11 @@ the status): the shipped float `slope_sums` on random biased layers (H in 1..3) 
 of (4) (sum of S_il) and of (3) (the symbolic run), both evaluated at the magnitudes the float run used, to 1e-12
 relative.
 
-Not covered: the interval enclosures of the blocks over B and the code's outward rounding (tests/test_streamed.py,
-tests/test_local_slopes.py; proofs/taylor_remainder.py part (II), SAMPLED), and the interval assembly of
-`_slopes.dp_slopes` (the `slopes` method), to which (1) applies with per-coordinate h_m but whose code is not run
-here.
+Not covered: the interval enclosures of the blocks over B, which enclosure each magnitude is taken from (the
+symbolic run maps slope_sums's point_einsum / interval_einsum calls to the blocks by their subscripts), and the
+code's outward rounding (tests/test_streamed.py, tests/test_local_slopes.py; proofs/taylor_remainder.py part (II),
+SAMPLED); and the interval assembly of `_slopes.dp_slopes` (the `slopes` method), to which (1) applies with
+per-coordinate h_m but whose code is not run here.
 """
 
 from __future__ import annotations
@@ -80,7 +81,8 @@ SIZES = ((2, 2), (3, 2), (2, 3))
 SCOPE = {"(N, D) per head": "in {(2, 2), (3, 2), (2, 3)} (SymPy, every entry; sigma, eta and all magnitudes free "
                             "nonnegative symbols, so any d)",
          "chain rule": "DP head, N = 2, D = 1 (SymPy, taylor_remainder part (I)); the standard fact otherwise",
-         "shipped float slope_sums": "6 random biased layers, H in 1..3 (cross-check)"}
+         "shipped float slope_sums": "6 random biased layers and boxes, H in 1..3, and 3 sets of random magnitudes "
+                                     "(numeric cross-check)"}
 REQUIRES = Status.PROVED_MODULO
 
 LEMMAS = ("slopes_derivatives", "chain rule on the segment (taylor_remainder part (I))",
@@ -187,6 +189,10 @@ def documented_sums(h: Magnitudes, S_A: np.ndarray) -> tuple[dict[str, np.ndarra
     return {"P": S_P, "v": S_v, "b": S_b}, S.sum(axis=(1, 3)), S.sum(axis=(0, 2))
 
 
+BY_SUBSCRIPTS = {"ilc,rc->ilr": "k", "ila,aF->ilF": "v", "ic,Ec->iE": "b", "ra,aF->rF": "w", "Ec,rc->Er": "m"}
+"""The magnitude each point_einsum / interval_einsum call of slope_sums forms, by its subscripts."""
+
+
 def _slope_sums() -> Callable:
     from certify.bounds.local import _streamed
 
@@ -204,7 +210,6 @@ def shipped_symbolic(h: Magnitudes, slope_sums: Callable | None = None) -> tuple
     f = slope_sums or _slope_sums()
     N, D = h.N, h.D
     ns = types.SimpleNamespace
-    by_subscripts = {"ilc,rc->ilr": "k", "ila,aF->ilF": "v", "ic,Ec->iE": "b", "ra,aF->rF": "w", "Ec,rc->Er": "m"}
 
     def product(*factors):
         out = h.exact(factors[0])
@@ -221,8 +226,8 @@ def shipped_symbolic(h: Magnitudes, slope_sums: Callable | None = None) -> tuple
     overrides = {
         "float": lambda x: x, "const": lambda x: ns(hi=h.sigma), "Interval": ns(point=lambda x: x),
         "head_blocks_d": lambda box, w, head, chunk: (None, ns(mag=h.arrays["p"]), None, None, None),
-        "point_einsum": lambda subscripts, *operands: ns(mag=h.arrays[by_subscripts[subscripts]]),
-        "interval_einsum": lambda subscripts, *operands: ns(mag=h.arrays[by_subscripts[subscripts]]),
+        "point_einsum": lambda subscripts, *operands: ns(mag=h.arrays[BY_SUBSCRIPTS[subscripts]]),
+        "interval_einsum": lambda subscripts, *operands: ns(mag=h.arrays[BY_SUBSCRIPTS[subscripts]]),
         "_mul": product, "_add": total, "sum_up": lambda x, axis=None: np.sum(h.exact(x), axis=axis),
         "_einsum_up": lambda subscripts, *operands: np.einsum(subscripts, *map(h.exact, operands)),
     }
@@ -325,10 +330,24 @@ def _evaluate(h: Magnitudes, polys: np.ndarray, values: dict[str, np.ndarray], s
     return out
 
 
+def _gap(polys: tuple, heads: list[dict[str, np.ndarray]], sigma: float, eta: float, R_float: np.ndarray,
+         C_float: np.ndarray) -> dict[str, float]:
+    """Largest relative gap of the float R, C to the symbolic ones of (4) and (3), summed over the heads' values."""
+    h, R_code, C_code, R_doc, C_doc = polys
+    gaps = {}
+    for label, (R_sym, C_sym) in (("docstring", (R_doc, C_doc)), ("symbolic run", (R_code, C_code))):
+        R_num = sum(_evaluate(h, R_sym, head, sigma, eta) for head in heads)
+        C_num = sum(_evaluate(h, C_sym, head, sigma, eta) for head in heads)
+        gaps[label] = max(float(np.max(np.abs(R_float - R_num) / R_num)),
+                          float(np.max(np.abs(C_float - C_num) / C_num)))
+    return gaps
+
+
 def check_shipped_float(polys: dict, layers: int = 6, seed: int = 0) -> Check:
-    """The shipped float slope_sums (rounding up) on random biased DP layers and boxes against the symbolic R, C of
-    (4) (docstring sums) and (3) (the symbolic run), evaluated per head at the magnitudes the float run used and
-    summed over heads: relative gap <= 1e-12. SAMPLED."""
+    """The shipped float slope_sums (rounding up) against the symbolic R, C of (4) (docstring sums) and (3) (the
+    symbolic run), evaluated at the magnitudes it used (summed over heads): relative gap <= 1e-12. Two kinds of
+    input: random biased DP layers and boxes (the magnitudes of the real enclosures, recorded), and random
+    nonnegative magnitudes, sigma and eta fed to it directly. SAMPLED."""
     import torch
 
     from certify.attention import AttentionWeights
@@ -339,50 +358,69 @@ def check_shipped_float(polys: dict, layers: int = 6, seed: int = 0) -> Check:
     sizes = list(polys)
     cases = [(N, D, H) for H in (1, 2, 3) for N, D in sizes if D % H == 0][:layers]
     worst = {"docstring": 0.0, "symbolic run": 0.0}
+    f = _slope_sums()
+    g = f.__globals__
+
+    def record(gaps: dict[str, float], what: str) -> Check | None:
+        for label, gap in gaps.items():
+            worst[label] = max(worst[label], gap)
+            if not gap <= 1e-12:
+                return numeric(False, f"shipped float slope_sums differs from the {label} R, C by {gap:.3g} "
+                                      f"(relative; {what})")
+        return None
+
     for case, (N, D, H) in enumerate(cases):
         d = D // H
         t = lambda *shape: torch.from_numpy(rng.standard_normal(shape) / math.sqrt(D))  # noqa: E731
         weights = AttentionWeights("dp", t(H, D, d), t(H, D, d), t(H, D, d), t(D, D), b_Q=t(H, d), b_K=t(H, d),
                                    b_V=t(H, d), b_O=t(D))
-        nw = numpy_weights(weights)
-        x0 = rng.standard_normal((N, D))
-        eta = [1e-3, 0.1, 1.0][case % 3]
-        recorded: list[dict[str, np.ndarray]] = []
-        f = _slope_sums()
-        by_subscripts = {"ilc,rc->ilr": "k", "ila,aF->ilF": "v", "ic,Ec->iE": "b", "ra,aF->rF": "w", "Ec,rc->Er": "m"}
+        x0, eta = rng.standard_normal((N, D)), [1e-3, 0.1, 1.0][case % 3]
+        heads: list[dict[str, np.ndarray]] = []
 
         def recording(original: Callable, key: Callable) -> Callable:
             def wrapper(*args):
                 value = original(*args)
                 name, mag = key(args, value)
-                if name == "p":
-                    recorded.append({})
-                recorded[-1][name] = mag
+                if name == "p":  # head_blocks_d: a new head
+                    heads.append({})
+                heads[-1][name] = mag
                 return value
             return wrapper
 
-        g = f.__globals__
         overrides = {
             "head_blocks_d": recording(g["head_blocks_d"], lambda a, v: ("p", v[1].mag)),
-            "point_einsum": recording(g["point_einsum"], lambda a, v: (by_subscripts[a[0]], v.mag)),
-            "interval_einsum": recording(g["interval_einsum"], lambda a, v: (by_subscripts[a[0]], v.mag)),
+            "point_einsum": recording(g["point_einsum"], lambda a, v: (BY_SUBSCRIPTS[a[0]], v.mag)),
+            "interval_einsum": recording(g["interval_einsum"], lambda a, v: (BY_SUBSCRIPTS[a[0]], v.mag)),
         }
-        R_float, C_float = _with_globals(f, overrides)(Interval(x0 - eta, x0 + eta), nw, eta, 2)
-        sigma = float(const(1.0 / math.sqrt(d)).hi)
-        h, R_code, C_code, R_doc, C_doc = polys[N, D]
-        for label, (R_sym, C_sym) in (("docstring", (R_doc, C_doc)), ("symbolic run", (R_code, C_code))):
-            R_num = sum(_evaluate(h, R_sym, head, sigma, eta) for head in recorded)
-            C_num = sum(_evaluate(h, C_sym, head, sigma, eta) for head in recorded)
-            gap = max(float(np.max(np.abs(R_float - R_num) / R_num)), float(np.max(np.abs(C_float - C_num) / C_num)))
-            worst[label] = max(worst[label], gap)
-            if not (len(recorded) == H and gap <= 1e-12):
-                return numeric(False, f"shipped float slope_sums differs from the {label} R, C by {gap:.3g} "
-                                      f"(relative; (N, D, H) = {(N, D, H)}, eta = {eta:g}, {len(recorded)} heads "
-                                      "recorded)")
+        R_float, C_float = _with_globals(f, overrides)(Interval(x0 - eta, x0 + eta), numpy_weights(weights), eta, 2)
+        what = f"(N, D, H) = {(N, D, H)}, eta = {eta:g}, {len(heads)} heads recorded"
+        if len(heads) != H:
+            return numeric(False, f"recorded {len(heads)} heads for H = {H}: the cross-check's stubs are stale")
+        failure = record(_gap(polys[N, D], heads, float(const(1.0 / math.sqrt(d)).hi), eta, R_float, C_float), what)
+        if failure:
+            return failure
+    ns = types.SimpleNamespace
+    for N, D in sizes:  # random nonnegative magnitudes (no layer behind them), one head
+        shapes = {"p": (N, N), "k": (N, N, D), "v": (N, N, D), "b": (N, D), "w": (D, D), "m": (D, D)}
+        values = {n: rng.uniform(0.0, 2.0, shape) for n, shape in shapes.items()}
+        sigma, eta = float(rng.uniform(0.2, 1.0)), float(rng.uniform(1e-3, 1.0))
+        overrides = {
+            "const": lambda x, sigma=sigma: ns(hi=sigma), "Interval": ns(point=lambda x: x),
+            "head_blocks_d": lambda box, w, head, chunk, values=values: (None, ns(mag=values["p"]), None, None, None),
+            "point_einsum": lambda sub, *operands, values=values: ns(mag=values[BY_SUBSCRIPTS[sub]]),
+            "interval_einsum": lambda sub, *operands, values=values: ns(mag=values[BY_SUBSCRIPTS[sub]]),
+        }
+        weights = ns(H=1, d=1, W_Q=[None], W_K=[None], W_V=[None], W_O=[None])
+        R_float, C_float = _with_globals(f, overrides)(ns(shape=(N, D)), weights, eta, 1)
+        failure = record(_gap(polys[N, D], [values], sigma, eta, R_float, C_float),
+                         f"random magnitudes, (N, D) = {(N, D)}")
+        if failure:
+            return failure
     return numeric(True, f"shipped float slope_sums (rounded up) = the symbolic R, C at the magnitudes it used, on "
-                         f"{len(cases)} random biased DP layers ((N, D, H) in {cases}, eta in 1e-3..1): largest "
-                         f"relative gap {worst['docstring']:.2g} (docstring sums), {worst['symbolic run']:.2g} "
-                         f"(symbolic run of the code)")
+                         f"{len(cases)} random biased DP layers and boxes ((N, D, H) in {cases}, eta in 1e-3..1; the "
+                         f"enclosures' magnitudes recorded) and on {len(sizes)} sets of random magnitudes in [0, 2] "
+                         f"fed to it directly: largest relative gap {worst['docstring']:.2g} (docstring sums of "
+                         f"(4)), {worst['symbolic run']:.2g} (symbolic run of the code, (3))")
 
 
 def check_chain_rule() -> Check:
