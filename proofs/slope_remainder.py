@@ -44,9 +44,18 @@ Argument.
 
 Status: PROVED-MODULO the lemmas (slopes_derivatives, and the standard facts of (1)), for the stated (N, D) per
 head (sigma, eta and every magnitude free symbols, so any d = D / H). Cross-check (numeric, SAMPLED: can only lower
-the status): the shipped float `slope_sums` on random biased layers (H in 1..3) and boxes against the symbolic R, C
-of (4) (sum of S_il) and of (3) (the symbolic run), both evaluated at the magnitudes the float run used, to 1e-12
-relative.
+the status): the shipped float `slope_sums` on random biased layers (H in 1..3) and boxes, and on random nonnegative
+magnitudes fed to it directly, against the symbolic R, C of (4) (sum of S_il) and of (3) (the symbolic run), both
+evaluated at the magnitudes the float run used, to 1e-12 relative.
+
+Found on the way (neither is a soundness bug of the certificates):
+- S_P is looser than the triangle bound by exactly sigma eta P_il |b_i|_1: sum_t |delta_lt - P_it| <= 1 + s_P[i]
+  suffices where the code uses 2 + s_P[i]. With 1 + s_P part (3) still holds; part (4) would then report that the
+  code differs from its docstring.
+- slope_sums's docstring says its S bounds |J(X) - J(X0)| "for all X, X0 in the box, when every half-width of the
+  box is at most eta". The bound needs |X_m - X0_m| <= eta, as the claim above states: with X0 a corner of the box
+  c +- eps and X the opposite corner, sampled row sums of |J(X) - J(X0)| reach 1.95 R (N = 2, D = 1). Its caller
+  `streamed_bound` is sound: X0 is the fixed centre and eta = max_m max(hi_m - X0_m, X0_m - lo_m).
 
 Not covered: the interval enclosures of the blocks over B, which enclosure each magnitude is taken from (the
 symbolic run maps slope_sums's point_einsum / interval_einsum calls to the blocks by their subscripts), and the
