@@ -19,7 +19,12 @@ Known blind spots (slips the proofs do not catch), with the reason:
   which proofs/ checks only through its tail, split and third-order bounds.
 - The interval enclosures of the coordinate slopes (certify/bounds/local/_slopes.py): proofs/slopes_derivatives.py
   proves the closed-form derivatives they are built from (its own statement of them is mutated below), not the
-  interval code; tests/test_local_slopes.py checks the enclosures against autodiff.
+  interval code; tests/test_local_slopes.py checks the enclosures against autodiff. proofs/slope_remainder.py runs
+  the streamed method's `slope_sums` itself on polynomial magnitudes (its slips are mutated below), but not the
+  enclosures it takes the magnitudes from, nor its rounding.
+- `slope_sums` with 1 + s_P for 2 + s_P in S_P: not a slip. The entrywise triangle bound of d P_il needs only
+  1 + s_P[i] (proofs/slope_remainder.py), so the soundness check passes it; the proof's identity part (4) still
+  reports that the code then differs from its docstring.
 """
 
 from __future__ import annotations
@@ -123,6 +128,12 @@ def _slopes(part: str) -> Check:
     return check
 
 
+def _slope_sums_dominate() -> tuple[Status, str]:
+    from proofs.slope_remainder import check_sums_dominate
+
+    return check_sums_dominate(sizes=((2, 2), (3, 2)))
+
+
 def _module_prove(name: str) -> Check:
     def check() -> ProofResult:
         return importlib.import_module(f"proofs.{name}").prove()
@@ -190,6 +201,15 @@ MUTATIONS = [
              "eps_inf = mpmath.sqrt(d) * tail_constant(r, N)", "eps_inf = tail_constant(r, N)", _tail_formula),
     Mutation("core_jacobian_float: covariance factor 1 for 2", "certify.bounds.global_l2._enclosure",
              "core_jacobian_float", "M[:, idx, idx] += 2.0 * cov", "M[:, idx, idx] += cov", _shipped_core),
+    # shipped code: certify.bounds.local (the streamed method's separable slope sums)
+    Mutation("slope_sums: the sigma eta |v~| |M| term dropped from R", "certify.bounds.local._streamed", "slope_sums",
+             "_mul(sigma_eta, pv, np.full(1, float(m_all)))", "0 * _mul(sigma_eta, pv, np.full(1, float(m_all)))",
+             _slope_sums_dominate),
+    Mutation("slope_sums: |M| row sums for column sums in C's S_A part", "certify.bounds.local._streamed",
+             "slope_sums", '_mul(_einsum_up("it,it->i", P, v1)[:, None], m_col[None, :])',
+             '_mul(_einsum_up("it,it->i", P, v1)[:, None], m_row[None, :])', _slope_sums_dominate),
+    Mutation("slope_sums: s_P for 2 + s_P in S_P (the delta_lt term dropped)", "certify.bounds.local._streamed",
+             "slope_sums", "_add(np.full(1, 2.0), sP)", "_add(np.full(1, 0.0), sP)", _slope_sums_dominate),
     # shipped code: certify.jacobian
     Mutation("l2_factors: V = W^Q / sqrt(d) for / d^{1/4}", "certify.jacobian._l2", "l2_factors",
              "weights.W_Q / weights.d**0.25", "weights.W_Q / weights.d**0.5", _shipped_jacobian("l2")),
