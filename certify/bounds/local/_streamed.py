@@ -44,7 +44,7 @@ from ...jacobian import check_norm
 from ...sdp._floating import ETA, gamma, sum_up, up
 from ._domain import initial_box
 from ._enclosure import _Weights, _zero_diagonal, clip01, const, numpy_weights, point_einsum, token_differences
-from ._slopes import _add, _einsum_up, _mul
+from ._slopes import _add, _einsum_up, _mul, average_over_nested_boxes, nested_box
 from ._taylor import nonnegative_norm2_upper
 
 CHUNK_BYTES = 256 * 2**20
@@ -139,7 +139,9 @@ def head_parts(box: Interval, w: _Weights, query_chunk: int) -> HeadParts:
 
 def slope_sums(box: Interval, w: _Weights, eta: float, query_chunk: int) -> tuple[np.ndarray, np.ndarray]:
     """Row and column sums (R_S[i, F] over (l, E), C_S[l, E] over (i, F)), rounded up, of a nonnegative S with
-    |J(X) - J(X0)| <= S entrywise for all X, X0 in the box, when every half-width of the box is at most `eta`.
+    |J(X) - J(X0)| <= S entrywise for every X in the box and a point X0 of it with |X_m - X0_m| <= `eta` for every
+    coordinate m (e.g. X0 the centre and eta the largest half-width; not any two points of the box: with X0 at a
+    corner the differences reach 1.95 R_S, proofs/slope_remainder.py).
 
     Mean-value theorem on the segment [X0, X] (inside the box): |J(X) - J(X0)| <= sum_m eta sup |dJ/dX_m|. The
     coordinate derivatives of J's building blocks (`_slopes` module docstring, proofs/slopes_derivatives.py) are
@@ -369,6 +371,25 @@ def attained_without_jacobian(X0: torch.Tensor, weights: AttentionWeights, norm:
     return value
 
 
+def nested_slope_sums(box: Interval, X0: np.ndarray, w: _Weights, eta: float, query_chunk: int,
+                      time_budget: float | None, start: float) -> tuple[list[np.ndarray], int]:
+    """[R_S, C_S] of `slope_sums` averaged over nested boxes B_t = B & (X0 +- t h) (`_slopes.integral_slopes`: the
+    integral form of the mean-value theorem), each reweighted by eta / eta_t (slope_sums weighs every coordinate by
+    the half-width eta_t of its box; the segment needs eta); with a time_budget, as many levels as fit in 90% of it
+    counted from ``start``, else one pass on the box."""
+    def weighted(t: float) -> list[np.ndarray]:
+        sub = box if t == 1.0 else nested_box(box, X0, t)
+        eta_t = eta if t == 1.0 else float(np.max(round_up(np.maximum(sub.hi - X0, X0 - sub.lo))))
+        R, C = slope_sums(sub, w, eta_t, query_chunk)
+        factor = np.full(1, float(round_up(np.float64(eta) / eta_t)))
+        return [_mul(factor, R), _mul(factor, C)]
+
+    if time_budget is None:
+        return average_over_nested_boxes(weighted, 1, None)
+    left = 0.9 * time_budget - (time.perf_counter() - start)
+    return average_over_nested_boxes(weighted, 16, left)
+
+
 def streamed_bound(weights: AttentionWeights, N: int, norm: str = "2", domain: Domain | None = None, *,
                    time_budget: float | None = None, progress: bool = False, **_: object) -> Certificate:
     """Certified bound on Lip_norm(F) over an eps-ball of a DP layer without materialising J (module docstring).
@@ -399,7 +420,7 @@ def streamed_bound(weights: AttentionWeights, N: int, norm: str = "2", domain: D
     setup = time.perf_counter() - start
     left = None if time_budget is None else max(time_budget - 2 * setup, 0.0)  # the slope sums cost about the same
     centre = centre_sums(parts, nw, N, key_chunk, seconds=left, progress=progress)
-    R_S, C_S = slope_sums(box, nw, eta, query_chunk)
+    (R_S, C_S), steps = nested_slope_sums(box, X0, nw, eta, query_chunk, time_budget, start)
     rows, columns = _add(centre.rows, R_S), _add(centre.columns, C_S)
     inf_norm = float(np.max(rows))
     schur = float(up(np.sqrt(up(np.max(rows) * np.max(columns)))))
@@ -415,6 +436,6 @@ def streamed_bound(weights: AttentionWeights, N: int, norm: str = "2", domain: D
         message=(f"first-order Taylor form about X0 without materialising J: ||J(X0)|| <= {at_centre:.6g} (streamed by "
                  f"query token) plus separable slope sums; upper / ||J(X0)|| = {ratio:.4f}"),
         details={"lower": lower, "ratio": ratio, "at_centre": at_centre, "remainder": value - at_centre,
-                 "eta": eta,
+                 "eta": eta, "steps": steps,
                  "memory_estimate": memory_estimate(N, nw.D, nw.H, nw.d), "chunks": [query_chunk, key_chunk]},
     )
