@@ -22,9 +22,6 @@ Known blind spots (slips the proofs do not catch), with the reason:
   interval code; tests/test_local_slopes.py checks the enclosures against autodiff. proofs/slope_remainder.py runs
   the streamed method's `slope_sums` itself on polynomial magnitudes (its slips are mutated below), but not the
   enclosures it takes the magnitudes from, nor its rounding.
-- `slope_sums` with 1 + s_P for 2 + s_P in S_P: not a slip. The entrywise triangle bound of d P_il needs only
-  1 + s_P[i] (proofs/slope_remainder.py), so the soundness check passes it; the proof's identity part (4) still
-  reports that the code then differs from its docstring.
 """
 
 from __future__ import annotations
@@ -208,8 +205,8 @@ MUTATIONS = [
     Mutation("slope_sums: |M| row sums for column sums in C's S_A part", "certify.bounds.local._streamed",
              "slope_sums", '_mul(_einsum_up("it,it->i", P, v1)[:, None], m_col[None, :])',
              '_mul(_einsum_up("it,it->i", P, v1)[:, None], m_row[None, :])', _slope_sums_dominate),
-    Mutation("slope_sums: s_P for 2 + s_P in S_P (the delta_lt term dropped)", "certify.bounds.local._streamed",
-             "slope_sums", "_add(np.full(1, 2.0), sP)", "_add(np.full(1, 0.0), sP)", _slope_sums_dominate),
+    Mutation("slope_sums: s_P for 1 + s_P in S_P (the delta_lt term dropped)", "certify.bounds.local._streamed",
+             "slope_sums", "_mul(one_plus, b1)", "_mul(sP, b1)", _slope_sums_dominate),
     # shipped code: certify.jacobian
     Mutation("l2_factors: V = W^Q / sqrt(d) for / d^{1/4}", "certify.jacobian._l2", "l2_factors",
              "weights.W_Q / weights.d**0.25", "weights.W_Q / weights.d**0.5", _shipped_jacobian("l2")),

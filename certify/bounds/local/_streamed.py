@@ -150,7 +150,7 @@ def slope_sums(box: Interval, w: _Weights, eta: float, query_chunk: int) -> tupl
     b_i = W_K q_i their magnitudes over the box, |.|_1 sums, s_P[i] = sum_t P_it, sigma = 1/sqrt(d), M = W_K W_Q^T,
     WVO = W_V W_O):
 
-        S_P[i, l]  = sigma eta P_il (|k~_il|_1 + (2 + s_P[i]) |b_i|_1)              (slope of P_il)
+        S_P[i, l]  = sigma eta P_il (|k~_il|_1 + (1 + s_P[i]) |b_i|_1)              (slope of P_il)
         S_v[i, F]  = eta [(1 + s_P[i]) |WVO[:, F]|_1 + sigma a[i, F] + sigma |b_i|_1 sum_t P_it |v~_it[F]|]
                      with a[i, F] = sum_l P_il |k~_il|_1 |v~_il[F]| >= sum_r |A_i[r, F]|   (slope of v~_il[F])
         S_b[E]     = eta |M[E, :]|_1                                                 (slope of b_i[E])
@@ -178,8 +178,8 @@ def slope_sums(box: Interval, w: _Weights, eta: float, query_chunk: int) -> tupl
         wvo_col, wvo_row, wvo_all = sum_up(WVO, axis=0), sum_up(WVO, axis=1), sum_up(WVO)
         m_row, m_col, m_all = sum_up(M, axis=1), sum_up(M, axis=0), sum_up(M)
         Pk1 = _mul(P, k1)  # P_il |k~_il|_1
-        two_plus, one_plus = _add(np.full(1, 2.0), sP), _add(np.full(1, 1.0), sP)  # 2 + s_P[i], 1 + s_P[i]
-        S_P = _mul(sigma_eta, P, _add(k1, _mul(two_plus, b1)[:, None]))
+        one_plus = _add(np.full(1, 1.0), sP)  # 1 + s_P[i] >= sum_t |delta_lt - P_it|
+        S_P = _mul(sigma_eta, P, _add(k1, _mul(one_plus, b1)[:, None]))
         a = _einsum_up("il,ilF->iF", Pk1, vt)  # >= sum_r |A_i[r, F]|
         a_col = _einsum_up("il,ilE,il->iE", P, kt, v1)  # >= sum_F |A_i[E, F]|
         pv = _einsum_up("it,itF->iF", P, vt)
