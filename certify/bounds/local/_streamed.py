@@ -434,7 +434,9 @@ def streamed_bound(weights: AttentionWeights, N: int, norm: str = "2", domain: D
         norm=norm,  # type: ignore[arg-type]
         seconds=time.perf_counter() - start,
         message=(f"first-order Taylor form about X0 without materialising J: ||J(X0)|| <= {at_centre:.6g} (streamed by "
-                 f"query token) plus separable slope sums; upper / ||J(X0)|| = {ratio:.4f}"),
+                 f"query token) plus separable slope sums"
+                 + (f" averaged over {steps} nested boxes" if steps > 1 else "")
+                 + f" (proofs/slope_remainder.py); upper / ||J(X0)|| = {ratio:.4f}"),
         details={"lower": lower, "ratio": ratio, "at_centre": at_centre, "remainder": value - at_centre,
                  "eta": eta, "steps": steps,
                  "memory_estimate": memory_estimate(N, nw.D, nw.H, nw.d), "chunks": [query_chunk, key_chunk]},

@@ -420,7 +420,8 @@ def taylor_bound(weights: AttentionWeights, N: int, norm: str = "2", domain: Dom
         norm=norm,  # type: ignore[arg-type]
         seconds=time.perf_counter() - start,
         message=(f"first-order Taylor form about the centre: ||J(X0)|| <= {at_centre:.6g} plus the remainder "
-                 f"(proofs/taylor_remainder.py); upper / ||J(X0)|| = {ratio:.4f}"),
+                 + (f"(slopes averaged over {form.steps} nested boxes; " if form.steps > 1 else "(")
+                 + f"proofs/taylor_remainder.py); upper / ||J(X0)|| = {ratio:.4f}"),
         details={"lower": lower, "witness": X0.tolist(), "ratio": ratio, "at_centre": at_centre,
                  "remainder": value - at_centre, "seeds": seeds, "steps": form.steps,
                  "memory_estimate": memory_estimate(N, D, seeds=seeds)},
