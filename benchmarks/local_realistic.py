@@ -3,7 +3,8 @@
 where they run, the best attained lower bound, their ratio, seconds and the process's peak memory.
 
     python benchmarks/local_realistic.py [--sizes 48,64,256,768] [--eps 1e-3,1e-2,1e-1] [--norms 2,inf]
-                                         [--budget 20] [--json out.json]
+                                         [--budget 20] [--tokens N] [--json out.json]
+    python benchmarks/local_realistic.py --sizes 48 --tokens 5 --no-ln-ball   # where auto_LiRPA runs (N D = 240)
 
 Layers: attention layer 0 of the digits vision transformer (`certify.experiments.train_digits_transformer`, N = 17
 tokens, q/k/v/out biases) trained here at D = 48 (H = 3), 64 (H = 4) and 256 (H = 8); at D = 768 (H = 12, N = 128,
@@ -12,9 +13,12 @@ Gaussian tokens. Inputs X0: the layer's real inputs (LayerNorm outputs) for the 
 l_inf eps-balls around X0 and the LayerNorm ball (every token in ||x_i|| <= R_LN, the radius every LayerNorm output
 of the layer satisfies).
 
-Baselines in the same run: Castin et al. (the published local bound for DP attention) and, for N D <= 128,
-auto_LiRPA CROWN on the closed-form Jacobian (float64, not outward-rounded, so not labelled certified). Peak memory
-is the process's peak resident set so far (monotone: rows run from small to large).
+Baselines in the same run: Castin et al. (the published local bound for DP attention) and, for N D <= 256,
+auto_LiRPA CROWN on the closed-form Jacobian (float64, not outward-rounded, so not labelled certified; one enclosure
+per eps-ball, about 30 s at N D = 240, its inf-norm exact and its 2-norm by the "baseline" enclosure norm: the SDP
+took over 10 minutes there). ``--tokens N`` keeps the first N tokens of X0 (the same layer on a shorter sequence),
+so that auto_LiRPA runs on the trained layers. Peak memory is the process's peak resident set so far (monotone:
+rows run from small to large).
 """
 
 from __future__ import annotations
@@ -52,12 +56,21 @@ def trained_layer(D: int, seed: int = 0) -> tuple[torch.nn.MultiheadAttention, t
     return attention_layer(result.model, 0).eval(), X0, layer_norm_radius(result.model, 0), description
 
 
-def lirpa_value(layer, X0: torch.Tensor, eps: float, norm: str) -> float | None:
-    if X0.numel() > 128:
-        return None
-    from certify.lirpa import lirpa_lipschitz
+LIRPA_MAX_ENTRIES = 256
+"""auto_LiRPA's Jacobian enclosure only where N D is at most this (about 30 s at 240; its cost grows fast)."""
+_LIRPA_BOUNDS: dict[tuple[int, float], object] = {}
 
-    return lirpa_lipschitz(layer, X0.double(), eps, "inf", norm=norm).value
+
+def lirpa_value(layer, X0: torch.Tensor, eps: float, norm: str) -> float | None:
+    if X0.numel() > LIRPA_MAX_ENTRIES:
+        return None
+    from certify.lirpa import jacobian_bounds, lirpa_lipschitz
+
+    key = (id(layer), eps)
+    if key not in _LIRPA_BOUNDS:  # one enclosure per eps-ball, for both norms
+        _LIRPA_BOUNDS[key] = jacobian_bounds(layer, X0.double(), eps, "inf", "CROWN", None)
+    return lirpa_lipschitz(layer, X0.double(), eps, "inf", norm=norm, norm2="baseline",
+                           bounds=_LIRPA_BOUNDS[key]).value
 
 
 def run_row(layer, X0: torch.Tensor, domain, norm: str, budget: float, lirpa: bool) -> dict:
@@ -88,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-ln-ball", action="store_true", help="skip the LayerNorm ball rows")
     parser.add_argument("--budget", type=float, default=20.0, help="time budget of each searching method (s)")
     parser.add_argument("--no-lirpa", action="store_true")
+    parser.add_argument("--tokens", type=int, default=None, help="keep the first N tokens of X0 (default: all)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     rows = []
@@ -96,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for D in [int(s) for s in args.sizes.split(",")]:
         layer, X0, radius, description = trained_layer(D)
+        X0 = X0 if args.tokens is None else X0[:args.tokens]
         print(f"<!-- D = {D}: {description}; N = {X0.shape[0]}, R_LN = {radius:.4g} -->", flush=True)
         domains = [EpsBall(X0.double(), float(eps), "inf") for eps in args.eps.split(",")]
         if not args.no_ln_ball:
