@@ -78,7 +78,7 @@ from sympy.polys.rings import PolyElement, ring
 
 from proofs._check import Check, numeric
 from proofs._result import ProofResult, Status, combine
-from proofs.slopes_derivatives import db_formula, dA_formula, delta, dP_formula, dv_formula
+from proofs.slopes_derivatives import db_formula, dA_formula, delta, dP_formula, dv_formula, t_tensor
 
 CLAIM = ("sum_{l,E} |J_il[F,E](X) - J_il[F,E](X0)| <= R[i,F] and sum_{i,F} |...| <= C[l,E] for X in a box B with "
          "|X_m - X0_m| <= eta, R, C the separable row / column sums of certify/bounds/local/_streamed.slope_sums "
@@ -125,9 +125,7 @@ class Magnitudes:
 
     @functools.cached_property
     def T(self):
-        N, D = self.N, self.D
-        return [[[[sum(self.P[i][l] * self.kt[i][l][s] * self.kt[i][l][r] * self.vt[i][l][F] for l in range(N))
-                   for F in range(D)] for r in range(D)] for s in range(D)] for i in range(N)]
+        return t_tensor(self.P, self.kt, self.vt, self.N, self.D)
 
     def exact(self, x) -> np.ndarray:
         """An object array of ring elements from ring elements or exactly representable floats (no rounding)."""

@@ -71,6 +71,12 @@ def delta(a: int, b: int) -> int:
     return int(a == b)
 
 
+def t_tensor(P, kt, vt, N: int, D: int) -> list:
+    """T_i[s, r, F] = sum_l P_il k~_il[s] k~_il[r] v~_il[F], as nested lists over (i, s, r, F)."""
+    return [[[[sum(P[i][l] * kt[i][l][s] * kt[i][l][r] * vt[i][l][F] for l in range(N))
+               for F in range(D)] for r in range(D)] for s in range(D)] for i in range(N)]
+
+
 class Head:
     """The blocks of one DP head from the entries of X, the weights and a row softmax `softmax(s) -> P`: floats
     (the default softmax, exp and normalise), or polynomials of `symbolic_head`'s ring."""
@@ -102,10 +108,8 @@ class Head:
 
     @functools.cached_property
     def T(self):
-        """T_i[s, r, F] = sum_l P_il k~_il[s] k~_il[r] v~_il[F] (built on first use: N D^3 entries)."""
-        N, D = self.N, self.D
-        return [[[[sum(self.P[i][l] * self.kt[i][l][s] * self.kt[i][l][r] * self.vt[i][l][F] for l in range(N))
-                   for F in range(D)] for r in range(D)] for s in range(D)] for i in range(N)]
+        """T_i[s, r, F] (`t_tensor`, built on first use: N D^3 entries)."""
+        return t_tensor(self.P, self.kt, self.vt, self.N, self.D)
 
 
 class SymbolicHead(Head):

@@ -190,7 +190,7 @@ def dp_slopes(box: Interval, centre: np.ndarray, w: _Weights, exact_diagonal: bo
     centre = np.asarray(centre, dtype=np.float64)
     if centre.shape != (N, D) or np.any(centre < box.lo) or np.any(centre > box.hi):
         raise ValueError(f"the centre must be an ({N}, {D}) point of the box")
-    h = round_up(np.maximum(box.hi - centre, centre - box.lo))
+    h = half_widths(box, centre)
     if exact_diagonal is None:
         exact_diagonal = N * D**3 <= EXACT_DIAGONAL_MAX
     if product_rule is None:
@@ -298,19 +298,22 @@ def _diagonal_slope(P: Interval, k_tilde: Interval, v_tilde: Interval, b: Interv
     return out
 
 
+def half_widths(box: Interval, centre: np.ndarray) -> np.ndarray:
+    """h_m >= max(hi_m - centre_m, centre_m - lo_m), rounded up: |X_m - centre_m| <= h_m for every X in the box."""
+    return round_up(np.maximum(box.hi - centre, centre - box.lo))
+
+
 def nested_box(box: Interval, centre: np.ndarray, t: float) -> Interval:
     """B_t = B intersected with centre +- t h (h the box's half-widths about the centre), rounded outward: it holds
     X0 + s (X - X0) for every X in B and 0 <= s <= t."""
-    h = round_up(np.maximum(box.hi - centre, centre - box.lo))
-    reach = round_up(t * h)
+    reach = round_up(t * half_widths(box, centre))
     return Interval(np.maximum(box.lo, round_down(centre - reach)), np.minimum(box.hi, round_up(centre + reach)))
 
 
 def _reweighted(box: Interval, sub: Interval, centre: np.ndarray) -> float:
     """An upper bound on max_m h_m / h_m(B_t) (coordinates with h_m > 0): `dp_slopes` on B_t weighs coordinate m by
     B_t's half-width h_m(B_t) (about t h_m); the segment needs h_m."""
-    h = round_up(np.maximum(box.hi - centre, centre - box.lo))
-    h_t = round_up(np.maximum(sub.hi - centre, centre - sub.lo))
+    h, h_t = half_widths(box, centre), half_widths(sub, centre)
     moving = h > 0
     if not np.any(moving):
         return 0.0

@@ -44,7 +44,7 @@ from ...jacobian import check_norm
 from ...sdp._floating import ETA, gamma, sum_up, up
 from ._domain import initial_box
 from ._enclosure import _Weights, _zero_diagonal, clip01, const, numpy_weights, point_einsum, token_differences
-from ._slopes import _add, _einsum_up, _mul, average_over_nested_boxes, nested_box
+from ._slopes import _add, _einsum_up, _mul, average_over_nested_boxes, half_widths, nested_box
 from ._taylor import nonnegative_norm2_upper
 
 CHUNK_BYTES = 256 * 2**20
@@ -379,7 +379,7 @@ def nested_slope_sums(box: Interval, X0: np.ndarray, w: _Weights, eta: float, qu
     counted from ``start``, else one pass on the box."""
     def weighted(t: float) -> list[np.ndarray]:
         sub = box if t == 1.0 else nested_box(box, X0, t)
-        eta_t = eta if t == 1.0 else float(np.max(round_up(np.maximum(sub.hi - X0, X0 - sub.lo))))
+        eta_t = eta if t == 1.0 else float(np.max(half_widths(sub, X0)))
         R, C = slope_sums(sub, w, eta_t, query_chunk)
         factor = np.full(1, float(round_up(np.float64(eta) / eta_t)))
         return [_mul(factor, R), _mul(factor, C)]
@@ -408,7 +408,7 @@ def streamed_bound(weights: AttentionWeights, N: int, norm: str = "2", domain: D
     w64 = weights.to(torch.float64, "cpu")
     box = initial_box(domain, N, w64.D)
     X0 = domain.center.detach().to(torch.float64).cpu().numpy()
-    eta = float(np.max(round_up(np.maximum(box.hi - X0, X0 - box.lo))))
+    eta = float(np.max(half_widths(box, X0)))
     nw = numpy_weights(w64)
     query_chunk, key_chunk = plan_chunks(N, nw.D, nw.d)
     if time_budget is not None and predicted_seconds(N, nw.D, nw.H) / 4 > time_budget:
