@@ -117,8 +117,8 @@ def test_a_dropped_remainder_is_caught(monkeypatch):
     """With Delta = 0 (no remainder for the Jacobian's movement) the same soundness check fails on a wide ball."""
     original = _jacobian_chain.block_jacobian
 
-    def no_remainder(block, box, point):
-        A, delta = original(block, box, point)
+    def no_remainder(block, box, point, **prefix):
+        A, delta = original(block, box, point, **prefix)
         return A, 0.0 * delta
 
     monkeypatch.setattr(_jacobian_chain, "block_jacobian", no_remainder)

@@ -47,7 +47,7 @@ from ...sdp._floating import ETA, U, gamma, lambda_min_lower, norm2_upper, up
 from ._domain import initial_box
 from ._dual import Dual
 from ._enclosure import _Weights, jacobian_enclosure, numpy_weights
-from ._slopes import dp_slopes, integral_slopes
+from ._slopes import _einsum_up, dp_slopes, integral_slopes
 
 BYTES_PER_ENTRY = 400
 """Peak bytes per entry of J (N^2 D^2 entries per box) of one Taylor evaluation, rounded up from tracemalloc
@@ -136,6 +136,48 @@ def coordinate_remainder(box: Interval, centre: np.ndarray, w: _Weights, chunk: 
         total = part if total is None else total + part
         direct = dual.v
     return total, direct
+
+
+def direction_remainder(box: Interval, w: _Weights, directions: Interval, radii: np.ndarray, norm: str,
+                        spread: np.ndarray | None = None, chunk: int = 8) -> np.ndarray | None:
+    """T (N, D, N, D), nonnegative, with |sum_j delta_j dJ(xi)[g_j] + dJ(xi)[u]| <= T for every xi in the box, every
+    g_j in the interval direction directions[..., j] (N, D, K), every delta with |delta_j| <= radii[j] (norm "inf")
+    or ||delta||_2 <= radii[0] (norm "2"), and every u with |u| <= spread (N, D) (None: u = 0). None when the
+    enclosure is not finite (the box is too wide for it).
+
+    dJ(xi)[.] is linear, so the left side is at most sum_j |delta_j| |dJ(xi)[g_j]| + |dJ(xi)[u]|, which is at most
+    sum_j radii[j] M_j (inf) or radii[0] (sum_j M_j^2)^(1/2) (2; Cauchy-Schwarz), plus M_u, with M_j the magnitude
+    of the forward-mode enclosure of dJ[g] over the box and the direction box g in directions[..., j] (`_dual.Dual`
+    with an interval tangent, `chunk` tangents per pass) and M_u that of dJ[u] over u in [-spread, spread] (one
+    more pass). The model chain uses it with the columns of a prefix's Jacobian as the g_j (`certify.model`): when
+    the layer's input moves in a space of K << N D dimensions, this is far tighter than the coordinate slopes, which
+    bound every coordinate's movement separately (the sum over m of h_m |dJ/dX_m|)."""
+    N, D, K = directions.shape
+    if box.shape != (N, D):
+        raise InvalidInputError(f"directions must have shape (N, D, K) = ({box.shape}, K), got {directions.shape}")
+    radii = np.asarray(radii, dtype=np.float64)
+    total = np.zeros((N, D, N, D))
+    for start in range(0, K, chunk):
+        seed = Interval(np.ascontiguousarray(directions.lo[..., start:start + chunk]),
+                        np.ascontiguousarray(directions.hi[..., start:start + chunk]))
+        with np.errstate(over="ignore", invalid="ignore"):  # a too-wide box: inf or NaN ends, caught below
+            mag = jacobian_enclosure(Dual(box, seed), w).t.mag
+        if not np.all(np.isfinite(mag)):
+            return None
+        if norm == "inf":
+            part = _einsum_up("abcdk,k->abcd", mag, radii[start:start + chunk])
+        else:
+            part = _einsum_up("abcdk,abcdk->abcd", mag, mag)
+        total = round_up(total + part) + ETA
+    if norm == "2":
+        total = round_up(round_up(np.sqrt(total)) * float(radii[0])) + ETA
+    if spread is not None and np.any(spread > 0):
+        with np.errstate(over="ignore", invalid="ignore"):
+            mag = jacobian_enclosure(directional_seed(box, Interval(-spread, spread)), w).t[..., 0].mag
+        if not np.all(np.isfinite(mag)):
+            return None
+        total = round_up(total + mag) + ETA
+    return total
 
 
 def taylor_enclosure(box: Interval, centre: np.ndarray, w: _Weights, *, seeds: str = "directional",

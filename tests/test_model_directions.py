@@ -1,0 +1,212 @@
+"""The attention remainder along a prefix's directions (`_taylor.direction_remainder`, used by the model chain's
+`directional_delta`; issue 17): sound against autodiff, tight on a point box (a 10% smaller remainder is caught),
+and, in a whole model whose input has fewer coordinates than the attention block's, sound end to end."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from problems import random_weights
+
+from certify.bounds.local._enclosure import numpy_weights
+from certify.bounds.local._taylor import direction_remainder
+from certify.interval import Interval
+from certify.jacobian import jacobian
+from certify.model import Linear, Model, Pool, forward, from_torch, model_enclosure
+from certify.model import _jacobian_chain
+
+F64 = torch.float64
+
+
+def directional_derivative(weights, X: torch.Tensor, v: torch.Tensor) -> np.ndarray:
+    """dJ(X)[v] (N, D, N, D) by forward-mode autodiff through the closed-form Jacobian."""
+    return torch.func.jvp(lambda Y: jacobian(Y[None], weights)[0], (X,), (v,))[1].numpy()
+
+
+@st.composite
+def layers_and_boxes(draw):
+    kind = draw(st.sampled_from(["dp", "l2"]))
+    D = draw(st.integers(1, 4))
+    weights = random_weights(kind, draw(st.integers(1, 2)), draw(st.integers(1, 2)), D=D,
+                             scale=draw(st.floats(0.3, 2.0)), seed=draw(st.integers(0, 2**31 - 1)),
+                             bias=kind == "dp" and draw(st.booleans()))
+    N, K = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    rng = np.random.default_rng(draw(st.integers(0, 2**31 - 1)))
+    centre = rng.standard_normal((N, D))
+    half = draw(st.sampled_from([1e-3, 1e-2, 1e-1]))
+    G = rng.standard_normal((N, D, K))
+    G_rad = rng.uniform(0, 0.1, (N, D, K)) * draw(st.sampled_from([0.0, 1.0]))
+    spread = rng.uniform(0, half, (N, D)) * draw(st.sampled_from([0.0, 1.0]))
+    return weights, centre, half, Interval(G - G_rad, G + G_rad), spread, rng
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(layers_and_boxes(), st.sampled_from(["inf", "2"]))
+def test_direction_remainder_bounds_sampled_directional_derivatives(problem, norm):
+    """|sum_j delta_j dJ(xi)[g_j] + dJ(xi)[u]| <= T at random xi in the box, g_j in the interval directions, delta
+    in the radii and u in the spread (the vertices of delta and u, where the bound is tightest)."""
+    weights, centre, half, directions, spread, rng = problem
+    N, D, K = directions.shape
+    box = Interval(centre - half, centre + half)
+    radii = rng.uniform(0.1, 1.0, K) if norm == "inf" else np.array([rng.uniform(0.1, 1.0)])
+    T = direction_remainder(box, numpy_weights(weights), directions, radii, norm, spread=spread)
+    assert T is not None and np.all(T >= 0)
+    for _ in range(6):
+        xi = torch.tensor(rng.uniform(box.lo, box.hi))
+        g = rng.uniform(directions.lo, directions.hi)
+        if norm == "inf":
+            delta = radii * rng.choice([-1.0, 1.0], K)
+        else:
+            delta = rng.standard_normal(K)
+            delta *= radii[0] / np.linalg.norm(delta)
+        u = spread * rng.choice([-1.0, 1.0], (N, D))
+        v = torch.tensor(np.einsum("ndk,k->nd", g, delta) + u)
+        value = np.abs(directional_derivative(weights, xi, v))
+        assert np.all(value <= T * (1 + 1e-9) + 1e-12), float(np.max(value - T))
+
+
+@settings(max_examples=15, deadline=None)
+@given(layers_and_boxes())
+def test_direction_remainder_is_tight_on_a_point_box(problem):
+    """On the point box [c, c] with one exact direction g and radius 1, T = |dJ(c)[g]| up to rounding, so a
+    remainder 10% too small is exceeded by the derivative itself."""
+    weights, centre, _, directions, _, _ = problem
+    g = directions.mid[..., :1]
+    T = direction_remainder(Interval(centre, centre.copy()), numpy_weights(weights), Interval(g, g.copy()),
+                            np.ones(1), "inf")
+    exact = np.abs(directional_derivative(weights, torch.tensor(centre), torch.tensor(g[..., 0])))
+    assert np.all(exact <= T * (1 + 1e-9) + 1e-12)
+    top = np.unravel_index(np.argmax(exact), exact.shape)
+    if exact[top] > 1e-6:
+        assert exact[top] > 0.9 * T[top]
+        assert np.allclose(T, exact, rtol=1e-6, atol=1e-9 * (1 + exact.max()))
+
+
+def embedded_model(seed: int, N: int = 3, K: int = 2, D: int = 8, H: int = 2, scale: float = 1.0) -> Model:
+    """Tokens of K features embedded linearly into D (a patch embedding), one pre-LN encoder layer, mean pooling
+    and a 3-class head: the model's input has N K coordinates, the attention block's N D >= 4 N K, so the chain
+    bounds the attention's remainder along the prefix's directions."""
+    torch.manual_seed(seed)
+    layer = torch.nn.TransformerEncoderLayer(D, H, 2 * D, dropout=0.0, activation="gelu", norm_first=True,
+                                             batch_first=True).eval()
+    with torch.no_grad():
+        for p in layer.parameters():
+            if p.ndim == 2:
+                p.mul_(scale)
+    rng = np.random.default_rng(seed)
+    encoder = from_torch(layer, (N, D))
+    embed = Linear(rng.standard_normal((K, D)), 0.1 * rng.standard_normal(D))
+    head = Linear(rng.standard_normal((D, 3)), rng.standard_normal(3))
+    return Model((embed,) + encoder.blocks + (Pool("mean"), head), (N, K))
+
+
+def jacobian_norm(model: Model, x: torch.Tensor, norm: str) -> float:
+    shape = x.shape
+    J = torch.func.jacrev(lambda v: forward(model, v.reshape(shape)).reshape(-1))(x.reshape(-1))
+    return float(J.abs().sum(1).max() if norm == "inf" else torch.linalg.matrix_norm(J, 2))
+
+
+def sample_ball(x0: torch.Tensor, eps: float, norm: str, count: int, seed: int) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    points = []
+    for _ in range(count):
+        d = torch.rand(x0.shape, generator=g, dtype=F64) * 2 - 1
+        points.append(x0 + eps * (d.sign() if norm == "inf" else d / d.norm()))
+    return points
+
+
+def spy_on_directions(monkeypatch) -> list[bool]:
+    """Record, per unmasked attention block, whether `directional_delta` gave a bound."""
+    calls: list[bool] = []
+    original = _jacobian_chain.directional_delta
+
+    def spy(*args, **kwargs):
+        out = original(*args, **kwargs)
+        calls.append(out is not None)
+        return out
+
+    monkeypatch.setattr(_jacobian_chain, "directional_delta", spy)
+    monkeypatch.setattr(_jacobian_chain, "DIRECTIONS_FROM", 0.0)  # on every attention block, whatever its Delta
+    return calls
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10**6), eps=st.sampled_from([1e-3, 1e-2, 1e-1]), norm=st.sampled_from(["inf", "2"]),
+       scale=st.sampled_from([1.0, 2.0]))
+def test_model_with_directions_is_sound(monkeypatch, seed, eps, norm, scale):
+    """Attained ||J(x)|| at the centre and at ball points stays below the chain's bound, outputs inside its box,
+    with the directional remainder in use (on every attention block: DIRECTIONS_FROM = 0)."""
+    monkeypatch.undo()
+    calls = spy_on_directions(monkeypatch)
+    model = embedded_model(seed, scale=scale)
+    x0 = torch.randn(3, 2, generator=torch.Generator().manual_seed(seed), dtype=F64)
+    enclosure = model_enclosure(model, x0, eps, norm)
+    assert calls and all(calls)
+    value = enclosure.lipschitz(norm)
+    for x in [x0] + sample_ball(x0, eps, norm, 6, seed):
+        assert jacobian_norm(model, x, norm) <= value
+        y = forward(model, x)[0].numpy().reshape(-1)
+        assert np.all(enclosure.box.lo.reshape(-1) <= y) and np.all(y <= enclosure.box.hi.reshape(-1))
+
+
+def attention_deviation(monkeypatch, scale_T: float, seed: int, eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """(max over sampled x in the ball of |J_f(y(x)) - A|, Delta') for the attention block f of `embedded_model`,
+    y(x) = LayerNorm(embed(x)) its input, with `direction_remainder` scaled by ``scale_T``."""
+    from certify.model._enclosure import attention_point_jacobian
+    from certify.model._forward import apply_block
+
+    seen = []
+    original_delta, original_T = _jacobian_chain.directional_delta, _jacobian_chain.direction_remainder
+
+    def spy(block, prefix, domain, A):
+        out = original_delta(block, prefix, domain, A)
+        seen.append((block, A, out))
+        return out
+
+    monkeypatch.setattr(_jacobian_chain, "directional_delta", spy)
+    monkeypatch.setattr(_jacobian_chain, "direction_remainder",
+                        lambda *a, **k: (lambda T: T if T is None else scale_T * T)(original_T(*a, **k)))
+    monkeypatch.setattr(_jacobian_chain, "DIRECTIONS_FROM", 0.0)
+    model = embedded_model(seed)
+    x0 = torch.randn(3, 2, generator=torch.Generator().manual_seed(seed), dtype=F64)
+    model_enclosure(model, x0, eps, "inf")
+    block, A, delta = seen[0]
+    embed, (norm, attention) = model.blocks[0], model.blocks[1].inner
+    assert attention is block and delta is not None
+    deviation = np.zeros_like(A)
+    for x in [x0] + sample_ball(x0, eps, "inf", 24, seed):
+        y = apply_block(norm, apply_block(embed, x[None]))[0].numpy()
+        deviation = np.maximum(deviation, np.abs(attention_point_jacobian(block, y) - A))
+    return deviation, delta
+
+
+def test_directional_delta_bounds_the_attention_jacobian_movement(monkeypatch):
+    """|J_f(y(x)) - A| <= Delta' at sampled x (the theorem of `directional_delta`); with the directional remainder
+    dropped (only |J_f(c) - A| left) it fails at some sampled x."""
+    for seed in range(3):
+        deviation, delta = attention_deviation(monkeypatch, 1.0, seed, 1e-2)
+        assert np.all(deviation <= delta)
+        monkeypatch.undo()
+    broken = 0
+    for seed in range(3):
+        deviation, delta = attention_deviation(monkeypatch, 0.0, seed, 1e-2)
+        broken += bool(np.any(deviation > delta))
+        monkeypatch.undo()
+    assert broken >= 1
+
+
+def test_directions_tighten_the_model_bound(monkeypatch):
+    """On the embedded model the directional remainder gives a smaller certified bound than the coordinate
+    slopes alone (DIRECTIONS_MAX = 0 turns it off), and both stay above the attained value."""
+    model = embedded_model(1)
+    x0 = torch.randn(3, 2, generator=torch.Generator().manual_seed(1), dtype=F64)
+    eps = 1e-3
+    monkeypatch.setattr(_jacobian_chain, "DIRECTIONS_FROM", 0.0)
+    with_directions = model_enclosure(model, x0, eps, "inf").lipschitz("inf")
+    monkeypatch.setattr(_jacobian_chain, "DIRECTIONS_MAX", 0)
+    without = model_enclosure(model, x0, eps, "inf").lipschitz("inf")
+    attained = max(jacobian_norm(model, x, "inf") for x in [x0] + sample_ball(x0, eps, "inf", 16, 1))
+    assert attained <= with_directions < without
