@@ -210,3 +210,35 @@ def test_directions_tighten_the_model_bound(monkeypatch):
     without = model_enclosure(model, x0, eps, "inf").lipschitz("inf")
     attained = max(jacobian_norm(model, x, "inf") for x in [x0] + sample_ball(x0, eps, "inf", 16, 1))
     assert attained <= with_directions < without
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10**6), eps=st.sampled_from([1e-3, 1e-2, 1e-1]), norm=st.sampled_from(["inf", "2"]))
+def test_linear_images_on_the_set_contain_sampled_images(monkeypatch, seed, eps, norm):
+    """The LayerNorms' centred inputs y C and the feed-forward pre-activations y W1 + b1 of sampled inputs lie in
+    `linear_image_on_set` (the prefix's first-order form, narrower than the image of the box)."""
+    from certify.model._forward import apply_block
+
+    monkeypatch.undo()
+    seen = []
+    original = _jacobian_chain.linear_image_on_set
+
+    def spy(prefix, domain, M, b=None):
+        out = original(prefix, domain, M, b)
+        seen.append((M, b, out))
+        return out
+
+    monkeypatch.setattr(_jacobian_chain, "linear_image_on_set", spy)
+    model = embedded_model(seed)
+    x0 = torch.randn(3, 2, generator=torch.Generator().manual_seed(seed), dtype=F64)
+    model_enclosure(model, x0, eps, norm)
+    embed, first, second = model.blocks[:3]
+    assert len(seen) == 3  # LayerNorm 1, LayerNorm 2, the feed-forward block
+    for x in [x0] + sample_ball(x0, eps, norm, 8, seed):
+        y1 = apply_block(embed, x[None])
+        y2 = y1 + apply_block(first.inner[1], apply_block(first.inner[0], y1))
+        y3 = apply_block(second.inner[0], y2)
+        for y, (M, b, image) in zip((y1, y2, y3), seen):
+            value = y[0].numpy() @ M + (0.0 if b is None else b)
+            assert np.all(image.lo <= value + 1e-12) and np.all(value <= image.hi + 1e-12)

@@ -164,11 +164,15 @@ def interval_matrix_norm(J: Interval, norm: str) -> float:
 
 # -- LayerNorm ----------------------------------------------------------------------------------------------------
 
-def layer_norm_parts(block: LayerNorm, x: Interval) -> tuple[Interval, Interval, Interval]:
-    """(y = (x - mean)/sigma, 1/sigma, output) per row; sigma = sqrt(var + eps), var >= 0 the population variance."""
+def layer_norm_parts(block: LayerNorm, x: Interval,
+                     centred: Interval | None = None) -> tuple[Interval, Interval, Interval]:
+    """(y = (x - mean)/sigma, 1/sigma, output) per row; sigma = sqrt(var + eps), var >= 0 the population variance.
+    ``centred``: another enclosure of x C_float (C_float = fl(I - 1/D)) over the same inputs, intersected in."""
     D = x.shape[-1]
     C = np.eye(D) - 1.0 / D  # float 1/D: C is a float matrix; we use z = x C_exact through the enclosure below
     z = iaffine(x, C) if D > 1 else _interval(np.zeros(x.shape), np.zeros(x.shape))
+    if centred is not None and D > 1:
+        z = intersect(z, centred)
     # centring with the float matrix fl(I - 1/D): |fl(1/D) - 1/D| <= u/D, so z_exact - z_float <= u/D sum|x|
     slack = round_up(U / D * np.abs(np.maximum(np.abs(x.lo), np.abs(x.hi))).sum(-1, keepdims=True) + TINY)
     z = _interval(round_down(z.lo - slack), round_up(z.hi + slack))
