@@ -22,7 +22,9 @@ matrices, so the cancellations between blocks are kept (an interval matrix carri
 by the absolute-value norm of every block instead). For the l_2 norm of intermediate segments,
 ||P||_2 <= sqrt(||P||_1 ||P||_inf).
 
-Per block: A and Delta from an interval enclosure of the Jacobian over S_{k-1} (`block_jacobian`); a residual
+Per block: A and Delta from an interval enclosure of the Jacobian over S_{k-1}, cut down with the prefix's own
+first-order form where that is tighter (`block_jacobian`: the set F_{k-1}(domain) has as many dimensions as the
+input, often far fewer than the box S_{k-1}); a residual
 x + g(x) with g = g_2 o g_1: A = I + A_2 A_1, Delta = |A_2| Delta_1 + Delta_2 |A_1| + Delta_2 Delta_1, the inner boxes
 from the one-step form of the same bound.
 """
@@ -273,8 +275,9 @@ def _centre_and_delta(J_box: Interval, J_point: Interval) -> tuple[np.ndarray, n
 def block_jacobian(block: object, box: Interval, point: Interval, *, prefix: "_Prefix | None" = None,
                    domain: Domain | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(A, Delta), dense (m_out, m_in), for one non-residual block over the box (module docstring). With the
-    prefix's state and the domain, an unmasked attention block's Delta is also bounded along the prefix's
-    directions (`directional_delta`) and the smaller is kept."""
+    prefix's state and the domain: a LayerNorm's centred input and a feed-forward block's pre-activation are also
+    enclosed as linear images of the reachable set (`linear_image_on_set`), and an unmasked attention block's Delta
+    is also bounded along the prefix's directions (`directional_delta`); the tighter of each is kept."""
     m_in = int(np.prod(box.shape))
     if isinstance(block, LayerNorm):
         centred = None
@@ -338,7 +341,7 @@ DIRECTIONS_MAX = 256
 """`directional_delta` only when the model's input has at most this many coordinates (one forward-mode pass per 8)."""
 DIRECTIONS_SHARE = 4
 """... and at most 1 / DIRECTIONS_SHARE of the attention block's input coordinates (else the coordinate slopes)."""
-DIRECTIONS_FROM = 0.002
+DIRECTIONS_FROM = 0.005
 """... and only where the coordinate slopes' ||Delta||_inf exceeds this share of ||A||_inf (below it the chain is
 already within a few percent, and the directions cost about 20 s per attention block at N D = 816, K = 64)."""
 
