@@ -164,11 +164,12 @@ def direction_remainder(box: Interval, w: _Weights, directions: Interval, radii:
             mag = jacobian_enclosure(Dual(box, seed), w).t.mag
         if not np.all(np.isfinite(mag)):
             return None
-        if norm == "inf":
-            part = _einsum_up("abcdk,k->abcd", mag, radii[start:start + chunk])
-        else:
-            part = _einsum_up("abcdk,abcdk->abcd", mag, mag)
-        total = round_up(total + part) + ETA
+        with np.errstate(over="ignore"):  # an overflow gives an infinite (still valid) bound
+            if norm == "inf":
+                part = _einsum_up("abcdk,k->abcd", mag, radii[start:start + chunk])
+            else:
+                part = _einsum_up("abcdk,abcdk->abcd", mag, mag)
+            total = round_up(total + part) + ETA
     if norm == "2":
         total = round_up(round_up(np.sqrt(total)) * float(radii[0])) + ETA
     if spread is not None and np.any(spread > 0):
