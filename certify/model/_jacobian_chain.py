@@ -299,14 +299,11 @@ def block_jacobian(block: object, box: Interval, point: Interval, *, prefix: "_P
         J_point = jacobian(iaffine(point, block.W1, block.b1))
         return _centre_and_delta(_dense(jacobian(pre_box), box.shape, m_in), _dense(J_point, box.shape, m_in))
     if isinstance(block, ATTENTION_TYPES):  # DP or tied L2, causal or not (`_enclosure.attention_jacobian`)
-        if block.causal:
-            J_box = attention_jacobian(block, box)
-            A = attention_point_jacobian(block, point.mid)
-            return A, _distance(J_box, A)
         J_box = attention_jacobian(block, box)
         A = attention_point_jacobian(block, point.mid)
         delta = _distance(J_box, A)
-        if prefix is not None and domain is not None and _norm(delta, "inf") > DIRECTIONS_FROM * _norm(np.abs(A), "inf"):
+        worth_it = _norm(delta, "inf") > DIRECTIONS_FROM * _norm(np.abs(A), "inf")
+        if prefix is not None and domain is not None and not block.causal and worth_it:
             directional = directional_delta(block, prefix, domain, A)
             if directional is not None:
                 delta = np.minimum(delta, directional)
