@@ -9,6 +9,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from problems import random_weights
+from test_model_chain import ball_points as sample_ball
+from test_model_chain import jacobian_norm
 
 from certify.bounds.local._enclosure import numpy_weights
 from certify.bounds.local._taylor import direction_remainder
@@ -100,21 +102,6 @@ def embedded_model(seed: int, N: int = 3, K: int = 2, D: int = 8, H: int = 2, sc
     embed = Linear(rng.standard_normal((K, D)), 0.1 * rng.standard_normal(D))
     head = Linear(rng.standard_normal((D, 3)), rng.standard_normal(3))
     return Model((embed,) + encoder.blocks + (Pool("mean"), head), (N, K))
-
-
-def jacobian_norm(model: Model, x: torch.Tensor, norm: str) -> float:
-    shape = x.shape
-    J = torch.func.jacrev(lambda v: forward(model, v.reshape(shape)).reshape(-1))(x.reshape(-1))
-    return float(J.abs().sum(1).max() if norm == "inf" else torch.linalg.matrix_norm(J, 2))
-
-
-def sample_ball(x0: torch.Tensor, eps: float, norm: str, count: int, seed: int) -> list[torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    points = []
-    for _ in range(count):
-        d = torch.rand(x0.shape, generator=g, dtype=F64) * 2 - 1
-        points.append(x0 + eps * (d.sign() if norm == "inf" else d / d.norm()))
-    return points
 
 
 def spy_on_directions(monkeypatch) -> list[bool]:

@@ -41,6 +41,8 @@ import numpy as np
 from .._errors import InvalidInputError
 from ..bounds.local import numpy_weights
 from ..bounds.local._enclosure import jacobian_enclosure
+from ..bounds.local._taylor import BYTES_PER_ENTRY as TAYLOR_BYTES_PER_ENTRY
+from ..bounds.local._taylor import MEMORY_LIMIT as TAYLOR_MEMORY_LIMIT
 from ..bounds.local._taylor import direction_remainder, gram_norm2_upper, nonnegative_norm2_upper
 from ..interval import Interval, isum, linear_combination, round_down, round_up
 from ._blocks import (ATTENTION_TYPES, Activation, AddConstant, ChannelAffine, ClassToken, FeedForward, Gather,
@@ -357,12 +359,16 @@ def directional_delta(block: object, prefix: "_Prefix", domain: Domain, A: np.nd
 
     T from `direction_remainder` (|delta_j| <= r_j, or ||delta||_2 <= eps). Then Delta' = |J_f(c) - A| + T, with
     J_f(c) enclosed at the point c. The directions follow the set the prefix actually reaches (K input dimensions)
-    instead of the box around it (N D coordinates, each bounded separately)."""
+    instead of the box around it (N D coordinates, each bounded separately). Memory: about `_taylor.BYTES_PER_ENTRY`
+    bytes per entry of J per tangent (an estimate, as for one directional seed), so the tangents per pass are cut to
+    stay within `_taylor.MEMORY_LIMIT`, and none runs when one tangent alone would exceed it."""
     box, W = prefix.box, prefix.W
     N, D = box.shape
     n0 = W.shape[1]
-    if n0 > DIRECTIONS_MAX or DIRECTIONS_SHARE * n0 > N * D:
+    per_tangent = TAYLOR_BYTES_PER_ENTRY * (N * D) ** 2  # the Dual's tangent arrays, as for one directional seed
+    if n0 > DIRECTIONS_MAX or DIRECTIONS_SHARE * n0 > N * D or per_tangent > TAYLOR_MEMORY_LIMIT:
         return None
+    chunk = int(max(1, min(8, TAYLOR_MEMORY_LIMIT // per_tangent)))  # tangents per pass within the memory limit
     inner = intersect(prefix.point, box)
     c = np.clip(inner.mid, box.lo, box.hi)
     centre_gap = round_up(np.maximum(inner.hi - c, c - inner.lo))
@@ -370,7 +376,7 @@ def directional_delta(block: object, prefix: "_Prefix", domain: Domain, A: np.nd
     w = numpy_weights(attention_weights(block))
     radii = domain.radius if domain.norm == "inf" else domain.radius[:1]
     directions = Interval(W.lo.reshape(N, D, n0), W.hi.reshape(N, D, n0))
-    T = direction_remainder(box, w, directions, radii, domain.norm, spread=u)
+    T = direction_remainder(box, w, directions, radii, domain.norm, spread=u, chunk=chunk)
     if T is None:
         return None
     n = N * D
