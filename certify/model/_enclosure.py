@@ -164,12 +164,18 @@ def interval_matrix_norm(J: Interval, norm: str) -> float:
 
 # -- LayerNorm ----------------------------------------------------------------------------------------------------
 
+def centring(D: int) -> np.ndarray:
+    """C_float = fl(I - 11^T / D), the float centring matrix of LayerNorm (x C is x minus its mean, up to the u/D
+    slack that `layer_norm_parts` adds)."""
+    return np.eye(D) - 1.0 / D
+
+
 def layer_norm_parts(block: LayerNorm, x: Interval,
                      centred: Interval | None = None) -> tuple[Interval, Interval, Interval]:
     """(y = (x - mean)/sigma, 1/sigma, output) per row; sigma = sqrt(var + eps), var >= 0 the population variance.
-    ``centred``: another enclosure of x C_float (C_float = fl(I - 1/D)) over the same inputs, intersected in."""
+    ``centred``: another enclosure of x C_float (`centring`) over the same inputs, intersected in."""
     D = x.shape[-1]
-    C = np.eye(D) - 1.0 / D  # float 1/D: C is a float matrix; we use z = x C_exact through the enclosure below
+    C = centring(D)  # float 1/D: C is a float matrix; we use z = x C_exact through the enclosure below
     z = iaffine(x, C) if D > 1 else _interval(np.zeros(x.shape), np.zeros(x.shape))
     if centred is not None and D > 1:
         z = intersect(z, centred)
@@ -187,7 +193,7 @@ def layer_norm_jacobian(block: LayerNorm, y: Interval, inv: Interval) -> Interva
     """Per row: J = diag(gamma) (1/sigma) (I - 11^T/D - y y^T / D), an interval (R, D, D)."""
     D = y.shape[-1]
     yy = y.expand(-1) * y.expand(-2)
-    C = np.eye(D) - 1.0 / D
+    C = centring(D)
     M = (yy / float(D)) * -1.0 + C
     return M * block.gamma[None, :, None] * inv.expand(-1).expand(-1)
 

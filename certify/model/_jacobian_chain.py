@@ -47,8 +47,9 @@ from ..bounds.local._taylor import direction_remainder, gram_norm2_upper, nonneg
 from ..interval import Interval, isum, linear_combination, round_down, round_up
 from ._blocks import (ATTENTION_TYPES, Activation, AddConstant, ChannelAffine, ClassToken, FeedForward, Gather,
                       LayerNorm, Linear, Pool, Residual)
-from ._enclosure import (TINY, U, attention_jacobian, attention_point_jacobian, attention_weights, derivative_interval,
-                         enclose, iaffine, imatmul, intersect, layer_norm_jacobian, layer_norm_parts)
+from ._enclosure import (TINY, U, attention_jacobian, attention_point_jacobian, attention_weights, centring,
+                         derivative_interval, enclose, iaffine, imatmul, intersect, layer_norm_jacobian,
+                         layer_norm_parts)
 
 BYTES_PER_ENTRY = 64
 """Bytes per entry of an interval Jacobian G (lo, hi and the temporaries of one interval product)."""
@@ -284,8 +285,7 @@ def block_jacobian(block: object, box: Interval, point: Interval, *, prefix: "_P
     if isinstance(block, LayerNorm):
         centred = None
         if prefix is not None and domain is not None and box.shape[-1] > 1:
-            D = box.shape[-1]
-            centred = linear_image_on_set(prefix, domain, np.eye(D) - 1.0 / D)
+            centred = linear_image_on_set(prefix, domain, centring(box.shape[-1]))
         y, inv, _ = layer_norm_parts(block, box, centred)
         y0, inv0, _ = layer_norm_parts(block, point)
         J_box = layer_norm_jacobian(block, y, inv)
