@@ -118,8 +118,8 @@ def test_a_dropped_remainder_is_caught(monkeypatch):
     original = _jacobian_chain.block_jacobian
 
     def no_remainder(block, box, point, **prefix):
-        A, delta = original(block, box, point, **prefix)
-        return A, 0.0 * delta
+        A, delta, _ = original(block, box, point, **prefix)
+        return A, 0.0 * delta, None
 
     monkeypatch.setattr(_jacobian_chain, "block_jacobian", no_remainder)
     broken = 0

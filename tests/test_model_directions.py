@@ -1,6 +1,7 @@
-"""The attention remainder along a prefix's directions (`_taylor.direction_remainder`, used by the model chain's
-`directional_delta`; issue 17): sound against autodiff, tight on a point box (a 10% smaller remainder is caught),
-and, in a whole model whose input has fewer coordinates than the attention block's, sound end to end."""
+"""The attention remainder along a prefix's directions (`_taylor.direction_remainder` and its product with a matrix,
+`direction_remainder_times`, used by the model chain's `directional_bounds`; issue 17): sound against autodiff,
+tight on a point box (a 10% smaller remainder is caught), and, in a whole model whose input has fewer coordinates
+than the attention block's, sound end to end."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from test_model_chain import ball_points as sample_ball
 from test_model_chain import jacobian_norm
 
 from certify.bounds.local._enclosure import numpy_weights
-from certify.bounds.local._taylor import direction_remainder
+from certify.bounds.local._taylor import direction_remainder, direction_remainder_times
 from certify.interval import Interval
 from certify.jacobian import jacobian
 from certify.model import Linear, Model, Pool, forward, from_torch, model_enclosure
@@ -53,8 +54,10 @@ def test_direction_remainder_bounds_sampled_directional_derivatives(problem, nor
     N, D, K = directions.shape
     box = Interval(centre - half, centre + half)
     radii = rng.uniform(0.1, 1.0, K) if norm == "inf" else np.array([rng.uniform(0.1, 1.0)])
+    right = rng.standard_normal((N * D, 2))
     T = direction_remainder(box, numpy_weights(weights), directions, radii, norm, spread=spread)
-    assert T is not None and np.all(T >= 0)
+    same, T_right = direction_remainder_times(box, numpy_weights(weights), directions, radii, norm, right, spread)
+    assert T is not None and np.all(T >= 0) and np.array_equal(T, same)
     for _ in range(6):
         xi = torch.tensor(rng.uniform(box.lo, box.hi))
         g = rng.uniform(directions.lo, directions.hi)
@@ -65,8 +68,11 @@ def test_direction_remainder_bounds_sampled_directional_derivatives(problem, nor
             delta *= radii[0] / np.linalg.norm(delta)
         u = spread * rng.choice([-1.0, 1.0], (N, D))
         v = torch.tensor(np.einsum("ndk,k->nd", g, delta) + u)
-        value = np.abs(directional_derivative(weights, xi, v))
+        derivative = directional_derivative(weights, xi, v)
+        value = np.abs(derivative)
         assert np.all(value <= T * (1 + 1e-9) + 1e-12), float(np.max(value - T))
+        product = np.abs(derivative.reshape(N * D, N * D) @ right)
+        assert np.all(product <= T_right * (1 + 1e-9) + 1e-12), float(np.max(product - T_right))
 
 
 @settings(max_examples=15, deadline=None)
@@ -78,12 +84,19 @@ def test_direction_remainder_is_tight_on_a_point_box(problem):
     g = directions.mid[..., :1]
     T = direction_remainder(Interval(centre, centre.copy()), numpy_weights(weights), Interval(g, g.copy()),
                             np.ones(1), "inf")
-    exact = np.abs(directional_derivative(weights, torch.tensor(centre), torch.tensor(g[..., 0])))
+    derivative = directional_derivative(weights, torch.tensor(centre), torch.tensor(g[..., 0]))
+    exact = np.abs(derivative)
     assert np.all(exact <= T * (1 + 1e-9) + 1e-12)
     top = np.unravel_index(np.argmax(exact), exact.shape)
     if exact[top] > 1e-6:
         assert exact[top] > 0.9 * T[top]
         assert np.allclose(T, exact, rtol=1e-6, atol=1e-9 * (1 + exact.max()))
+    n = exact.shape[0] * exact.shape[1]
+    right = np.random.default_rng(0).standard_normal((n, 3))
+    _, T_right = direction_remainder_times(Interval(centre, centre.copy()), numpy_weights(weights),
+                                           Interval(g, g.copy()), np.ones(1), "inf", right)
+    product = np.abs(derivative.reshape(n, n) @ right)  # the product, not |dJ[g]| |right|: cancellations kept
+    assert np.allclose(T_right, product, rtol=1e-6, atol=1e-9 * (1 + product.max()))
 
 
 def embedded_model(seed: int, N: int = 3, K: int = 2, D: int = 8, H: int = 2, scale: float = 1.0) -> Model:
@@ -105,16 +118,16 @@ def embedded_model(seed: int, N: int = 3, K: int = 2, D: int = 8, H: int = 2, sc
 
 
 def spy_on_directions(monkeypatch) -> list[bool]:
-    """Record, per unmasked attention block, whether `directional_delta` gave a bound."""
+    """Record, per unmasked attention block, whether `directional_bounds` gave a bound."""
     calls: list[bool] = []
-    original = _jacobian_chain.directional_delta
+    original = _jacobian_chain.directional_bounds
 
     def spy(*args, **kwargs):
         out = original(*args, **kwargs)
         calls.append(out is not None)
         return out
 
-    monkeypatch.setattr(_jacobian_chain, "directional_delta", spy)
+    monkeypatch.setattr(_jacobian_chain, "directional_bounds", spy)
     monkeypatch.setattr(_jacobian_chain, "DIRECTIONS_FROM", 0.0)  # on every attention block, whatever its Delta
     return calls
 
@@ -139,50 +152,58 @@ def test_model_with_directions_is_sound(monkeypatch, seed, eps, norm, scale):
         assert np.all(enclosure.box.lo.reshape(-1) <= y) and np.all(y <= enclosure.box.hi.reshape(-1))
 
 
-def attention_deviation(monkeypatch, scale_T: float, seed: int, eps: float) -> tuple[np.ndarray, np.ndarray]:
-    """(max over sampled x in the ball of |J_f(y(x)) - A|, Delta') for the attention block f of `embedded_model`,
-    y(x) = LayerNorm(embed(x)) its input, with `direction_remainder` scaled by ``scale_T``."""
+def attention_deviation(monkeypatch, scale_T: float, seed: int, eps: float) -> tuple[np.ndarray, ...]:
+    """(max over sampled x in the ball of |J_f(y(x)) - A|, Delta', max of |(J_f(y(x)) - A) c|, P) for the attention
+    block f of `embedded_model`, y(x) = LayerNorm(embed(x)) its input, (Delta', P) from `directional_bounds` with
+    c its ``right``, and `direction_remainder_times` scaled by ``scale_T``."""
     from certify.model._enclosure import attention_point_jacobian
     from certify.model._forward import apply_block
 
     seen = []
-    original_delta, original_T = _jacobian_chain.directional_delta, _jacobian_chain.direction_remainder
+    original_bounds, original_T = _jacobian_chain.directional_bounds, _jacobian_chain.direction_remainder_times
 
-    def spy(block, prefix, domain, A):
-        out = original_delta(block, prefix, domain, A)
-        seen.append((block, A, out))
+    def spy(block, prefix, domain, A, right=None):
+        out = original_bounds(block, prefix, domain, A, right)
+        seen.append((block, A, right, out))
         return out
 
-    monkeypatch.setattr(_jacobian_chain, "directional_delta", spy)
-    monkeypatch.setattr(_jacobian_chain, "direction_remainder",
-                        lambda *a, **k: (lambda T: T if T is None else scale_T * T)(original_T(*a, **k)))
+    def scaled(*args, **kwargs):
+        out = original_T(*args, **kwargs)
+        return out if out is None else (scale_T * out[0], None if out[1] is None else scale_T * out[1])
+
+    monkeypatch.setattr(_jacobian_chain, "directional_bounds", spy)
+    monkeypatch.setattr(_jacobian_chain, "direction_remainder_times", scaled)
     monkeypatch.setattr(_jacobian_chain, "DIRECTIONS_FROM", 0.0)
     model = embedded_model(seed)
     x0 = torch.randn(3, 2, generator=torch.Generator().manual_seed(seed), dtype=F64)
     model_enclosure(model, x0, eps, "inf")
-    block, A, delta = seen[0]
+    block, A, right, out = seen[0]
     embed, (norm, attention) = model.blocks[0], model.blocks[1].inner
-    assert attention is block and delta is not None
-    deviation = np.zeros_like(A)
+    assert attention is block and out is not None and right is not None
+    delta, product = out
+    deviation, product_deviation = np.zeros_like(A), np.zeros_like(product)
     for x in [x0] + sample_ball(x0, eps, "inf", 24, seed):
         y = apply_block(norm, apply_block(embed, x[None]))[0].numpy()
-        deviation = np.maximum(deviation, np.abs(attention_point_jacobian(block, y) - A))
-    return deviation, delta
+        E = attention_point_jacobian(block, y) - A
+        deviation = np.maximum(deviation, np.abs(E))
+        product_deviation = np.maximum(product_deviation, np.abs(E @ right))
+    return deviation, delta, product_deviation, product
 
 
-def test_directional_delta_bounds_the_attention_jacobian_movement(monkeypatch):
-    """|J_f(y(x)) - A| <= Delta' at sampled x (the theorem of `directional_delta`); with the directional remainder
-    dropped (only |J_f(c) - A| left) it fails at some sampled x."""
+def test_directional_bounds_bound_the_attention_jacobian_movement(monkeypatch):
+    """|J_f(y(x)) - A| <= Delta' and |(J_f(y(x)) - A) c| <= P at sampled x (the theorem of `directional_bounds`);
+    with the directional remainder dropped (only |J_f(c) - A| left) both fail at some sampled x."""
     for seed in range(3):
-        deviation, delta = attention_deviation(monkeypatch, 1.0, seed, 1e-2)
-        assert np.all(deviation <= delta)
+        deviation, delta, product_deviation, product = attention_deviation(monkeypatch, 1.0, seed, 1e-2)
+        assert np.all(deviation <= delta) and np.all(product_deviation <= product)
         monkeypatch.undo()
-    broken = 0
+    broken, broken_product = 0, 0
     for seed in range(3):
-        deviation, delta = attention_deviation(monkeypatch, 0.0, seed, 1e-2)
+        deviation, delta, product_deviation, product = attention_deviation(monkeypatch, 0.0, seed, 1e-2)
         broken += bool(np.any(deviation > delta))
+        broken_product += bool(np.any(product_deviation > product))
         monkeypatch.undo()
-    assert broken >= 1
+    assert broken >= 1 and broken_product >= 1
 
 
 def test_directions_tighten_the_model_bound(monkeypatch):
@@ -229,3 +250,50 @@ def test_linear_images_on_the_set_contain_sampled_images(monkeypatch, seed, eps,
         for y, (M, b, image) in zip((y1, y2, y3), seen):
             value = y[0].numpy() @ M + (0.0 if b is None else b)
             assert np.all(image.lo <= value + 1e-12) and np.all(value <= image.hi + 1e-12)
+
+
+def test_movement_times_bounds_the_residual_blocks_movement(monkeypatch):
+    """`_movement_times` of the first residual block g = attention o LayerNorm: |(J_g(y(x)) - A_g) V| <= its bound at
+    sampled x, with V the embedding's matrix (the prefix's Jacobian, exact here) and A_g = fl(A_2 A_1)."""
+    from certify.model._forward import apply_block
+
+    seen = []
+    original = _jacobian_chain._movement_times
+
+    def spy(steps, W, delta):
+        out = original(steps, W, delta)
+        seen.append((steps, W, out))
+        return out
+
+    monkeypatch.setattr(_jacobian_chain, "_movement_times", spy)
+    monkeypatch.setattr(_jacobian_chain, "DIRECTIONS_FROM", 0.0)
+    for seed in range(3):
+        seen.clear()
+        model = embedded_model(seed, scale=2.0)
+        x0 = torch.randn(3, 2, generator=torch.Generator().manual_seed(seed), dtype=F64)
+        model_enclosure(model, x0, 1e-2, "inf")
+        (A1, _, _), (A2, _, product) = seen[0][0]
+        W, bound = seen[0][1], seen[0][2]
+        assert product is not None  # the attention block's product was used
+        embed, (norm, attention) = model.blocks[0], model.blocks[1].inner
+        A_g = A2 @ A1
+        for x in [x0] + sample_ball(x0, 1e-2, "inf", 12, seed):
+            y = apply_block(embed, x[None])[0]
+            inner = lambda t: apply_block(attention, apply_block(norm, t[None]))[0]  # noqa: E731
+            J_g = torch.func.jacrev(inner)(y).reshape(y.numel(), y.numel()).numpy()
+            assert np.all(np.abs((J_g - A_g) @ W.mid) <= bound * (1 + 1e-9) + 1e-12)
+
+
+def test_a_dropped_movement_product_is_caught(monkeypatch):
+    """With `_movement_times` returning 0 (the blocks' movement times the prefix's Jacobian dropped from the error)
+    the whole-model soundness check fails on a wide ball."""
+    monkeypatch.setattr(_jacobian_chain, "_movement_times", lambda steps, W, delta: np.zeros((delta.shape[0],
+                                                                                               W.shape[1])))
+    broken = 0
+    for seed in range(4):
+        model = embedded_model(seed, scale=2.0)
+        x0 = torch.randn(3, 2, generator=torch.Generator().manual_seed(seed), dtype=F64)
+        value = model_enclosure(model, x0, 0.1, "inf").lipschitz("inf")
+        attained = max(jacobian_norm(model, x, "inf") for x in [x0] + sample_ball(x0, 0.1, "inf", 16, seed))
+        broken += attained > value
+    assert broken >= 1

@@ -24,7 +24,8 @@ from ..attention import AttentionWeights
 from ..bounds.local import const, l2_scores, numpy_weights, point_einsum, taylor_bound, token_differences
 from ..bounds.local._enclosure import jacobian_enclosure
 from ..bounds.local._taylor import taylor_enclosure
-from ..interval import Interval, exp, inf_norm_upper, isum, reciprocal, round_down, round_up, sqrt, square
+from ..interval import (Interval, exp, inf_norm_upper, interval_einsum, isum, reciprocal, round_down, round_up, sqrt,
+                        square)
 from ..sdp import norm2_upper
 from ._blocks import (ATTENTION_TYPES, Activation, AddConstant, Attention, ChannelAffine, ClassToken, FeedForward,
                       Gather, L2Attention, LayerNorm, Linear, Pool, Residual)
@@ -170,6 +171,18 @@ def centring(D: int) -> np.ndarray:
     return np.eye(D) - 1.0 / D
 
 
+def _widen_centring(z: Interval, magnitude: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
+    """(lo, hi) of z (an enclosure of x C_float) widened by the error of the float centring matrix
+    C_float = fl(I - 11^T/D) against the exact one, for inputs of the given magnitudes along ``axis`` (D entries):
+    off the diagonal |fl(1/D) - 1/D| <= u/D, on it |fl(1 - fl(1/D)) - (1 - 1/D)| <= u + u/D (the subtraction
+    rounds too unless D is a power of 2), so the k-th centred entry is off by at most u (sum_i |x_i| / D + |x_k|)
+    <= U (...) with U = 2u. (The former slack U sum_i |x_i| / D omitted the diagonal's u |x_k|: no case was found
+    where that mattered beyond the enclosures' own outward rounding, but it was not proven.)"""
+    D = magnitude.shape[axis]
+    slack = round_up(U * (magnitude.sum(axis, keepdims=True) / D + magnitude) * (1 + 4 * U) + TINY)
+    return round_down(z.lo - slack), round_up(z.hi + slack)
+
+
 def layer_norm_parts(block: LayerNorm, x: Interval,
                      centred: Interval | None = None) -> tuple[Interval, Interval, Interval]:
     """(y = (x - mean)/sigma, 1/sigma, output) per row; sigma = sqrt(var + eps), var >= 0 the population variance.
@@ -179,9 +192,7 @@ def layer_norm_parts(block: LayerNorm, x: Interval,
     z = iaffine(x, C) if D > 1 else _interval(np.zeros(x.shape), np.zeros(x.shape))
     if centred is not None and D > 1:
         z = intersect(z, centred)
-    # centring with the float matrix fl(I - 1/D): |fl(1/D) - 1/D| <= u/D, so z_exact - z_float <= u/D sum|x|
-    slack = round_up(U / D * np.abs(np.maximum(np.abs(x.lo), np.abs(x.hi))).sum(-1, keepdims=True) + TINY)
-    z = _interval(round_down(z.lo - slack), round_up(z.hi + slack))
+    z = _interval(*_widen_centring(z, np.maximum(np.abs(x.lo), np.abs(x.hi)), -1))
     var = isum(square(z), axis=-1) / float(D)
     var = _interval(np.maximum(var.lo, 0.0), var.hi)
     inv = reciprocal(sqrt(var + block.eps))
@@ -196,6 +207,39 @@ def layer_norm_jacobian(block: LayerNorm, y: Interval, inv: Interval) -> Interva
     C = centring(D)
     M = (yy / float(D)) * -1.0 + C
     return M * block.gamma[None, :, None] * inv.expand(-1).expand(-1)
+
+
+def _minus_product(image: Interval, A: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """max |J c - A c| over J c in ``image`` (reshaped to (m, q)), A c enclosed outward from the exact A and c."""
+    Ac = point_einsum("ab,bj->aj", _interval(A, A.copy()), right)
+    return (image.reshape(*Ac.shape) - Ac).mag
+
+
+def layer_norm_product(block: LayerNorm, y: Interval, inv: Interval, A: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """P >= |(J(x) - A) c| entrywise for every input x whose normalised row y and 1/sigma lie in ``y``, ``inv``
+    (`layer_norm_parts`), c = ``right`` (N D, q): row by row J c = gamma * (1/sigma) (z - y (y . z) / D) with
+    z = c - mean(c) enclosed once from the exact c, since I - 11^T/D - y y^T/D = (I - y y^T/D)(I - 11^T/D) for the
+    exact y (it sums to 0). The columns' common part cancels exactly in z, where Delta |c| (the entrywise Jacobian
+    interval times magnitudes) carries it through every entry."""
+    N, D = y.shape
+    c = right.reshape(N, D, -1)
+    z = point_einsum("tij,ik->tkj", _interval(c, c.copy()), centring(D))  # C_float is symmetric
+    z = _interval(*_widen_centring(z, np.abs(c), 1))
+    dot = interval_einsum("tk,tkj->tj", y, z)
+    image = (z - y.expand(-1) * dot.expand(1) / float(D)) * block.gamma[None, :, None] * inv.expand(-1).expand(-1)
+    return _minus_product(image, A, right)
+
+
+def feed_forward_product(block: FeedForward, pre: Interval, A: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """P >= |(J(x) - A) c| entrywise for every input x whose pre-activations x W1 + b1 lie in ``pre`` (N, hidden),
+    c = ``right`` (N C, q): row by row J c = W2^T (act'(pre) * (W1^T c)), with W1^T c enclosed once from the exact c
+    (its sum over the C inputs keeps the cancellations that Delta |c| loses)."""
+    N, C = pre.shape[0], block.W1.shape[0]
+    c = right.reshape(N, C, -1)
+    inner = point_einsum("tij,ih->thj", _interval(c, c.copy()), block.W1)
+    slope = derivative_interval(block.activation, pre)
+    image = point_einsum("thj,ho->toj", slope.expand(-1) * inner, block.W2)
+    return _minus_product(image, A, right)
 
 
 def _layer_norm_lipschitz(block: LayerNorm, y: Interval, inv: Interval, norm: str) -> float:
