@@ -236,3 +236,43 @@ def test_cli_model_radius_and_vnnlib(tmp_path, capsys):
     assert json.loads(out2.read_text())["vnnlib"]["status"] == "verified"
     assert main(["model", path, "--quiet"]) == 2
     assert "--vnnlib" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("norm", ["inf", "2"])
+def test_certified_scale_reaches_the_exact_radius_of_a_linear_model(norm):
+    """On a linear model y = x M + b (J = M exactly, no error) the margin a^T y stays positive exactly up to
+    a^T y(x0) / ||a^T M||_q (q dual to the norm): the radius from one enclosure on a larger ball
+    (`certified_scale`) is at most that and within 1e-9 of it; from a smaller ball it is the whole ball."""
+    rng = np.random.default_rng(0)
+    M, b = rng.standard_normal((4, 3)), rng.standard_normal(3)
+    model = Model((Linear(M, b),), (1, 4))
+    x0 = rng.standard_normal((1, 4))
+    y0 = x0[0] @ M + b
+    label = int(np.argmax(y0))
+    A = np.array([np.eye(3)[label] - np.eye(3)[j] for j in range(3) if j != label])
+    rows = A @ M.T  # a^T M per margin (float64: the 1e-12 slack below covers its rounding)
+    duals = np.abs(rows).sum(1) if norm == "inf" else np.sqrt(np.square(rows).sum(1))
+    exact_radius = float(np.min((A @ y0) / duals))
+    big = model_enclosure(model, x0, 10 * exact_radius, norm)
+    radius = big.certified_scale(A) * 10 * exact_radius
+    assert radius <= exact_radius * (1 + 1e-12) and radius >= exact_radius * (1 - 1e-9)
+    assert model_enclosure(model, x0, 0.5 * exact_radius, norm).certified_scale(A) == 1.0
+
+
+def test_largest_radius_uses_partly_certified_balls():
+    """A ball certified in part raises the lower end: the search returns only values given by radius_at, reaches
+    the true radius 0.3 within the tolerance, and with fewer calls than the pass / fail bisection."""
+    from certify._bisection import largest_certified, largest_radius
+
+    given = []
+
+    def radius_at(e: float) -> float:
+        value = e if e <= 0.3 else max(0.0, 0.3 - 0.05 * (e - 0.3))
+        given.append(value)
+        return value
+
+    r, calls = largest_radius(radius_at, start=0.01, steps=20, tolerance=1e-3)
+    assert r in given and 0.3 * (1 - 1e-3) <= r <= 0.3
+    r_bool, calls_bool = largest_certified(lambda e: e <= 0.3, start=0.01, steps=20)
+    assert calls < calls_bool and r >= r_bool * (1 - 1e-3)
+    assert largest_radius(lambda e: 0.0, start=1.0) == (0.0, 30)

@@ -204,6 +204,27 @@ class ChainEnclosure:
         mean_value = round_down(round_down(at_point.lo - self.domain.spread(AW)) - tail)
         return np.maximum(mean_value, over_box.lo)
 
+    def certified_scale(self, A: np.ndarray) -> float:
+        """The largest t in [0, 1] found such that every (A vec(output(x)))_k is certified positive for x in the
+        domain scaled by t about x0 (radius t r or t eps): 1 when `linear_lower` is positive; otherwise, since the
+        enclosure holds on the whole domain and so on the segment from x0 to any x of the smaller ball, where
+        |delta| <= t r, the mean-value bound a^T y(x0) - t (spread(a^T W) + ||a||_1 e max r) is positive for every
+        t below lower / slope (rounded down twice: the quotient's rounding and strictness). 0 when a^T y(x0) itself
+        is not certified positive."""
+        if np.all(self.linear_lower(A) > 0):
+            return 1.0
+        A = np.asarray(A, dtype=np.float64)
+        m = self.W.shape[0]
+        lower = linear_combination(self.point.reshape(1, m), A)[0].lo
+        if np.any(lower <= 0):
+            return 0.0
+        AW = linear_combination(self.W.swapaxes(0, 1), A).swapaxes(0, 1)
+        tail = _up(np.abs(A).sum(1) * self.error_inf * float(self.domain.radius.max()), A.shape[1])
+        slope = round_up(self.domain.spread(AW) + tail)
+        with np.errstate(divide="ignore", over="ignore", under="ignore"):
+            quotient = np.nextafter(np.nextafter(lower / slope, 0.0), 0.0)
+        return float(min(1.0, float(np.min(quotient))))
+
 
 def _up(x: np.ndarray | float, n: int) -> np.ndarray:
     """A float result of n-term sums/products of nonnegative numbers, raised to cover its rounding."""

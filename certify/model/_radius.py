@@ -2,9 +2,9 @@
 (`_jacobian_chain.ChainEnclosure.linear_lower`).
 
 The prediction is constant on the ball {||x - x0||_p <= eps} when every margin y_label(x) - y_j(x) (j != label) has
-a certified positive lower bound there; the radius is the largest eps found so (`largest_certified`: only radii at
-which the test passed are returned, so the value is certified even though the test is not monotone in eps).
-Ctrl-C during the bisection keeps the largest eps certified so far (``interrupted``: it may not be the largest).
+a certified positive lower bound there; the radius is the largest eps found so (`largest_radius`: only radii that
+some enclosure certified are returned, so the value is certified even though the search is not monotone in eps).
+Ctrl-C during the search keeps the largest radius certified so far (``interrupted``: it may not be the largest).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .._bisection import largest_certified
+from .._bisection import largest_radius
 from .._errors import InvalidInputError
 from ._blocks import Model
 from ._certify import model_enclosure
@@ -55,10 +55,14 @@ def _classes(model: Model, x0: Any) -> tuple[int, np.ndarray]:
 
 
 def certified_radius(model: Model, x0: Any, norm: str = "inf", label: int | None = None, *, start: float = 1e-5,
-                     steps: int = 8, progress: Callable[[int], None] | None = None,
+                     steps: int = 8, tolerance: float = 0.02, progress: Callable[[int], None] | None = None,
                      on_step: Callable[[float, bool], None] | None = None) -> ModelRadius:
     """The largest eps found at which every margin y_label - y_j is certified positive on the eps-ball (0 when none
     is, e.g. when ``label`` (default: the float64 prediction) is not the prediction).
+
+    Each call encloses the model on one ball and certifies the largest ball about x0 that this enclosure proves
+    (`ChainEnclosure.certified_scale`: all of it, or a fraction); `_bisection.largest_radius` brackets and bisects
+    (at most ``steps`` steps, stopping once the bracket is within ``tolerance``, relative).
 
     ``progress(k)`` after each top-level block of every enclosure; ``on_step(eps, certified)`` after each tested
     eps. Ctrl-C (KeyboardInterrupt) returns the largest eps certified so far with ``interrupted`` True.
@@ -72,20 +76,19 @@ def certified_radius(model: Model, x0: Any, norm: str = "inf", label: int | None
     passed: list[float] = []
     calls = 0
 
-    def test(eps: float) -> bool:
+    def radius_at(eps: float) -> float:
         nonlocal calls
         calls += 1
-        lower = model_enclosure(model, x0, eps, norm, progress).linear_lower(A)
-        certified = bool(np.all(lower > 0))
-        if certified:
-            passed.append(eps)
+        scale = model_enclosure(model, x0, eps, norm, progress).certified_scale(A)
+        radius = eps if scale >= 1.0 else float(np.nextafter(scale * eps, 0.0)) if scale > 0 else 0.0
+        passed.append(radius)
         if on_step is not None:
-            on_step(eps, certified)
-        return certified
+            on_step(eps, radius >= eps)
+        return radius
 
     try:
-        value, calls = largest_certified(test, start=start, steps=steps)
-    except KeyboardInterrupt:  # keep what is certified: the largest eps whose test passed
+        value, calls = largest_radius(radius_at, start=start, steps=steps, tolerance=tolerance)
+    except KeyboardInterrupt:  # keep what is certified: the largest radius certified so far
         return ModelRadius(max(passed, default=0.0), norm, label, calls, time.perf_counter() - begin,
                            interrupted=True)
     return ModelRadius(float(value), norm, label, calls, time.perf_counter() - begin)
