@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
@@ -157,8 +158,8 @@ def direction_remainder(box: Interval, w: _Weights, directions: Interval, radii:
 
 
 def direction_remainder_times(box: Interval, w: _Weights, directions: Interval, radii: np.ndarray, norm: str,
-                              right: np.ndarray | None, spread: np.ndarray | None = None,
-                              chunk: int = 8) -> tuple[np.ndarray, np.ndarray | None] | None:
+                              right: np.ndarray | None, spread: np.ndarray | None = None, chunk: int = 8,
+                              workers: int = 1) -> tuple[np.ndarray, np.ndarray | None] | None:
     """(T, T_right): T as in `direction_remainder`, and for a float matrix ``right`` (N D, q) a nonnegative T_right
     (N D, q) with |(sum_j delta_j dJ(xi)[g_j] + dJ(xi)[u]) right| <= T_right for the same xi, g_j, delta, u
     (None when ``right`` is None). None when an enclosure is not finite.
@@ -168,7 +169,7 @@ def direction_remainder_times(box: Interval, w: _Weights, directions: Interval, 
     interval product of M_j's enclosure with the exact ``right`` (`point_einsum`, rounded outward): the sum over
     the N D inner coordinates keeps its cancellations, which the entrywise T times |right| loses (on the digits
     ViT's first attention block, 9.5x over the sampled |(J(y) - A) W| against 2.9x for T alone); the u part
-    keeps M_u |right|."""
+    keeps M_u |right|. ``workers`` threads run the chunks' forward passes at once (memory: that many chunks)."""
     N, D, K = directions.shape
     if box.shape != (N, D):
         raise InvalidInputError(f"directions must have shape (N, D, K) = ({box.shape}, K), got {directions.shape}")
@@ -176,9 +177,9 @@ def direction_remainder_times(box: Interval, w: _Weights, directions: Interval, 
     if right is not None and (right.ndim != 2 or right.shape[0] != n):
         raise InvalidInputError(f"right must have shape (N D, q) = ({n}, q), got {right.shape}")
     radii = np.asarray(radii, dtype=np.float64)
-    total = np.zeros((N, D, N, D))
-    total_right = None if right is None else np.zeros(right.shape)
-    for start in range(0, K, chunk):
+
+    def chunk_sums(start: int) -> tuple[np.ndarray, np.ndarray | None] | None:
+        """The chunk's terms of T and T_right (None when its enclosure is not finite)."""
         seed = Interval(np.ascontiguousarray(directions.lo[..., start:start + chunk]),
                         np.ascontiguousarray(directions.hi[..., start:start + chunk]))
         with np.errstate(over="ignore", invalid="ignore"):  # a too-wide box: inf or NaN ends, caught below
@@ -186,20 +187,32 @@ def direction_remainder_times(box: Interval, w: _Weights, directions: Interval, 
         mag = tangent.mag
         if not np.all(np.isfinite(mag)):
             return None
-        k = mag.shape[-1]
+        k, part_right = mag.shape[-1], None
         with np.errstate(over="ignore"):  # an overflow gives an infinite (still valid) bound
             if norm == "inf":
                 part = _einsum_up("abcdk,k->abcd", mag, radii[start:start + chunk])
             else:
                 part = _einsum_up("abcdk,abcdk->abcd", mag, mag)
-            total = round_up(total + part) + ETA
             if right is not None:
                 product = point_einsum("abk,bq->akq", tangent.reshape(n, n, k), right).mag  # |M_j right|
                 if norm == "inf":
-                    part = _einsum_up("akq,k->aq", product, radii[start:start + chunk])
+                    part_right = _einsum_up("akq,k->aq", product, radii[start:start + chunk])
                 else:
-                    part = _einsum_up("akq,akq->aq", product, product)
-                total_right = round_up(total_right + part) + ETA
+                    part_right = _einsum_up("akq,akq->aq", product, product)
+        return part, part_right
+
+    starts = list(range(0, K, chunk))
+    with ThreadPoolExecutor(max(1, min(workers, len(starts)))) as pool:  # numpy releases the GIL in its loops
+        parts = list(pool.map(chunk_sums, starts))
+    if any(part is None for part in parts):
+        return None
+    total = np.zeros((N, D, N, D))
+    total_right = None if right is None else np.zeros(right.shape)
+    with np.errstate(over="ignore"):
+        for part, part_right in parts:  # summed in chunk order: the result does not depend on the threads
+            total = round_up(total + part) + ETA
+            if right is not None:
+                total_right = round_up(total_right + part_right) + ETA
     if norm == "2":
         total = round_up(round_up(np.sqrt(total)) * float(radii[0])) + ETA
         if right is not None:
