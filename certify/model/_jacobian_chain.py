@@ -309,7 +309,8 @@ def _centre_and_delta(J_box: Interval, J_point: Interval) -> tuple[np.ndarray, n
 @dataclasses.dataclass(frozen=True)
 class Product:
     """|(J_f(y) - A) right| <= bound entrywise for every input y of the block reachable from the domain (`right` a
-    float matrix, the midpoint of the prefix's Jacobian enclosure; `directional_bounds`)."""
+    float matrix, the midpoint of the prefix's Jacobian enclosure): attention from `directional_bounds`, LayerNorm
+    and feed-forward blocks from `_enclosure.layer_norm_product` / `feed_forward_product`."""
 
     right: np.ndarray
     bound: np.ndarray
@@ -369,7 +370,7 @@ def block_jacobian(block: object, box: Interval, point: Interval, *, prefix: "_P
 def linear_image_on_set(prefix: "_Prefix", domain: Domain, M: np.ndarray, b: np.ndarray | None = None) -> Interval:
     """An enclosure of y M + b (row by row; y (N, C) the block's input, M (C, m) and b exact) for every input
     y = F(x), x in the domain, from the prefix's first-order form: y - y0 = W~ delta + E~ delta (W~ in W,
-    ||E~||_inf <= e; `directional_delta`), so (y - y0) M lies in (W~ delta) M +- (e max |delta|) 1^T |M|, and
+    ||E~||_inf <= e; `directional_bounds`), so (y - y0) M lies in (W~ delta) M +- (e max |delta|) 1^T |M|, and
     (W~ delta) M = (M^T W~) delta is bounded row by row by the domain's spread of the interval matrix M^T W (the
     cancellations inside M^T W are kept, unlike |M|^T |W| r, the image of the box); y0 M + b is enclosed from the
     point. On the digits ViT this narrows the pre-activations of the feed-forward blocks and the centred inputs of
@@ -389,18 +390,12 @@ def linear_image_on_set(prefix: "_Prefix", domain: Domain, M: np.ndarray, b: np.
 DIRECTION_THREADS = min(2, os.cpu_count() or 1)
 """Threads for the forward-mode passes of `directional_bounds` (1.4x on the 2-core development machine)."""
 DIRECTIONS_MAX = 256
-"""`directional_delta` only when the model's input has at most this many coordinates (one forward-mode pass per 8)."""
+"""`directional_bounds` only when the model's input has at most this many coordinates (one forward-mode pass per 8)."""
 DIRECTIONS_SHARE = 4
 """... and at most 1 / DIRECTIONS_SHARE of the attention block's input coordinates (else the coordinate slopes)."""
 DIRECTIONS_FROM = 0.005
 """... and only where the coordinate slopes' ||Delta||_inf exceeds this share of ||A||_inf (below it the chain is
 already within a few percent, and the directions cost about 20 s per attention block at N D = 816, K = 64)."""
-
-
-def directional_delta(block: object, prefix: "_Prefix", domain: Domain, A: np.ndarray) -> np.ndarray | None:
-    """Delta' of `directional_bounds` alone."""
-    bounds = directional_bounds(block, prefix, domain, A)
-    return None if bounds is None else bounds[0]
 
 
 def directional_bounds(block: object, prefix: "_Prefix", domain: Domain, A: np.ndarray,
@@ -420,8 +415,9 @@ def directional_bounds(block: object, prefix: "_Prefix", domain: Domain, A: np.n
     Delta' = |J_f(c) - A| + T, with J_f(c) enclosed at the point c. For a float matrix ``right`` (N D, q) also
     P >= |(J_f(y) - A) right| = |(J_f(c) - A) right + (int_0^1 dJ(c + t (y - c))[y - c] dt) right|: P = |J_f(c) - A|
     |right| + T_right, the product taken inside the sum over the N D inner coordinates (the chain multiplies the
-    movement of J_f by the prefix's Jacobian, whose columns cancel in it); (Delta', P), or (Delta', None). The directions follow the set the prefix actually reaches (K input dimensions)
-    instead of the box around it (N D coordinates, each bounded separately). Memory: about `_taylor.BYTES_PER_ENTRY`
+    movement of J_f by the prefix's Jacobian, whose columns cancel in it); (Delta', P), or (Delta', None) without
+    ``right``. The directions follow the set the prefix actually reaches (K input dimensions) instead of the box
+    around it (N D coordinates, each bounded separately). Memory: about `_taylor.BYTES_PER_ENTRY`
     bytes per entry of J per tangent (an estimate, as for one directional seed), so the tangents per pass are cut to
     stay within `_taylor.MEMORY_LIMIT`, and none runs when one tangent alone would exceed it."""
     box, W = prefix.box, prefix.W
