@@ -80,7 +80,7 @@ def certified_radius(model: Model, x0: Any, norm: str = "inf", label: int | None
         nonlocal calls
         calls += 1
         scale = model_enclosure(model, x0, eps, norm, progress).certified_scale(A)
-        radius = eps if scale >= 1.0 else float(np.nextafter(scale * eps, 0.0)) if scale > 0 else 0.0
+        radius = eps if scale >= 1.0 else float(np.nextafter(scale * eps, 0.0))  # scale * eps rounded down
         passed.append(radius)
         if on_step is not None:
             on_step(eps, radius >= eps)
