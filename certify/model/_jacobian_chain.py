@@ -529,9 +529,7 @@ def _times(step: Step, Z: Interval) -> np.ndarray:
     _, delta, product = step
     B = _product_up(delta, Z.mag)
     if product is not None:
-        c = product.right
-        distance = round_up(np.maximum(np.abs(Z.hi - c), np.abs(c - Z.lo)))
-        B = np.minimum(B, _up(product.bound + _product_up(delta, distance), 1))
+        B = np.minimum(B, _up(product.bound + _product_up(delta, _distance(Z, product.right)), 1))
     return B
 
 
@@ -564,7 +562,7 @@ def _movement_times(steps: list[Step], W: Interval, delta: np.ndarray) -> np.nda
     Y_T + delta rho. With the attention blocks' products (`directional_bounds`) the sum over the inner coordinates
     in E c keeps its cancellations, which Delta |W| loses."""
     c = W.mid
-    rho = round_up(np.maximum(W.hi - c, c - W.lo))
+    rho = _distance(W, c)
     abs_c = np.abs(c)
     Z = Interval(c, c.copy())
     Y, A_hat = None, None
