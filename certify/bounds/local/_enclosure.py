@@ -175,19 +175,30 @@ def numpy_weights(weights: AttentionWeights) -> _Weights:
     )
 
 
-def dp_scores(X, dX, w: _Weights, h: int):
-    """Head h of DP attention over boxes X (..., N, D): (q_i, k_j - k_k, P) as intervals (or Duals).
-
-    P_ij = 1 / sum_k exp(s_ik - s_ij) with s_ik - s_ij = q_i . (k_k - k_j) / sqrt(d), exactly 0 for k = j.
-    """
+def dp_score_differences(X, dX, w: _Weights, h: int):
+    """Head h of DP attention over boxes X (..., N, D): (q_i, k_j - k_k, L) as intervals (or Duals), with the
+    score differences L[i, j, k] = s_ik - s_ij = q_i . (k_k - k_j) / sqrt(d), exactly 0 for k = j."""
     Q = point_einsum_any("...nD,Dc->...nc", X, w.W_Q[h])
     if w.b_Q is not None:
         Q = Q + w.b_Q[h]
     dK = point_einsum_any("...jkD,Dc->...jkc", dX, w.W_K[h])  # k_j - k_k
     L = _isum(Q.expand(-2).expand(-2) * dK.swapaxes(-3, -2).expand(-4), -1)  # [i, j, k]
     L = _zero_diagonal(L * const(1.0 / math.sqrt(w.d)), (-2, -1))
-    P = _map_value(_reciprocal(_isum(_exp(L), -1)), clip01)  # (..., N, N)
-    return Q, dK, P
+    return Q, dK, L
+
+
+def softmax_from_differences(L):
+    """P_ij = 1 / sum_k exp(L[i, j, k]) from score differences L (..., N, N, N), clipped to [0, 1]."""
+    return _map_value(_reciprocal(_isum(_exp(L), -1)), clip01)
+
+
+def dp_scores(X, dX, w: _Weights, h: int):
+    """Head h of DP attention over boxes X (..., N, D): (q_i, k_j - k_k, P) as intervals (or Duals).
+
+    P_ij = 1 / sum_k exp(s_ik - s_ij) with s_ik - s_ij = q_i . (k_k - k_j) / sqrt(d), exactly 0 for k = j.
+    """
+    Q, dK, L = dp_score_differences(X, dX, w, h)
+    return Q, dK, softmax_from_differences(L)  # P (..., N, N)
 
 
 def l2_scores(dX, w: _Weights, h: int):
