@@ -5,7 +5,8 @@ B, `_enclosure` gives an interval matrix containing J(X) for every X in B, and i
 (`certify.sdp`: the exact row sum for p = inf; min(||J_c|| + ||R||, || |J_c| + R ||) for p = 2, refined by the SDP
 relaxation for the largest boxes when N D <= `sdp_max_size`); `_structured` gives a second, norm-based bound on the
 same box, `_taylor` (direct enclosure) or optionally (`vertices=True`, N D <= 8) `_vertex` a third (first-order
-form about the midpoint / maximised over the box's vertices); the smallest is kept. So
+form about the midpoint / maximised over the box's vertices), and for DP layers in the inf-norm `_simplex` a fourth
+(row sums with every softmax row kept on the simplex: the tightest on wide boxes); the smallest is kept. So
 
     Lip_p(F) on Omega <= max over the current leaves of their bound,
 
@@ -48,6 +49,7 @@ from .._rounding import Scaled, scaled_norm
 from ._domain import initial_box, shrink, split
 from ._enclosure import _Weights, jacobian_enclosure, mean_value_enclosure, numpy_weights
 from ._taylor import MEMORY_LIMIT, memory_estimate, taylor_box_bounds
+from ._simplex import dp_inf_norm_bounds
 from ._structured import StructuredConstants, dp_structured_bound, l2_structured_bound, structured_constants
 from ._vertex import vertex_bounds
 
@@ -277,6 +279,7 @@ class _Plan:
     use_vertices: bool
     use_sdp: bool
     use_taylor: bool
+    use_simplex: bool  # inf-norm row sums with the softmax rows on the simplex (`_simplex`; DP)
     constants: StructuredConstants
     radius: float | None
     symmetric: bool  # search one fundamental domain of token permutations (Ball)
@@ -318,6 +321,7 @@ def _set_up(weights: AttentionWeights, N: int, norm: str, domain: Domain, enclos
         use_sdp=norm == "2" and N * D <= sdp_max_size and entrywise,
         use_taylor=(taylor and enclosure == "direct" and entrywise
                     and memory_estimate(N, D, 8) <= min(MEMORY_LIMIT, limit)),
+        use_simplex=norm == "inf" and w64.kind == "dp" and entrywise,
         constants=structured_constants(nw),
         radius=domain.radius if isinstance(domain, Ball) else None,
         symmetric=symmetric,
@@ -409,6 +413,8 @@ class _Search:
             if plan.entrywise:
                 J = box_enclosure(kept, plan.nw, plan.enclosure)
         structured = structured_box_bound(kept, plan.nw, plan.constants, plan.N, plan.norm, plan.radius, plan.scores)
+        if plan.use_simplex:
+            structured = np.minimum(structured, dp_inf_norm_bounds(kept, plan.nw))
         if plan.dense_lower:
             self.lower_at(0.5 * kept.lo + 0.5 * kept.hi)
         for b in range(kept.shape[0]):
