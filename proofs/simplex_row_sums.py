@@ -26,7 +26,8 @@ Parts, each proved by SymPy:
 
 From (3) and the triangle inequality, sum_{l, E} |J_il[F, E]| <= sum_l P_il (g_il[F] + z_il[F]) with the code's g, z
 (module docstring), and <= sum_l P_il g_il[F] + sum_E |diag_i[F, E]|, and <= sum_{l != i} P_il g_il[F] +
-sum_E |J_ii[F, E]|; summed over heads; each sum over l bounded by (1) with the enclosures of P and of g, z. Not
+sum_E |J_ii[F, E]|; summed over heads; each sum over l bounded by (1) with the enclosures of P and of g, z. The
+entrywise enclosure `dp_simplex_jacobian_enclosure` is the decomposition (3) evaluated in interval arithmetic. Not
 covered here: that the interval enclosures contain the values and that the float code rounds outward (the tests
 check both against attained values, tests/test_local_simplex.py).
 

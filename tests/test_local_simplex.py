@@ -23,7 +23,8 @@ from certify.adversarial import LOCAL_LOWER_SEARCH
 from certify.bounds.local._enclosure import (dp_score_differences, jacobian_enclosure, numpy_weights,
                                              token_differences)
 from certify.bounds.local._search import local_bound
-from certify.bounds.local._simplex import dp_inf_norm_bounds, dp_row_sums, score_differences, simplex_upper
+from certify.bounds.local._simplex import (dp_inf_norm_bounds, dp_row_sums, dp_simplex_jacobian_enclosure,
+                                           score_differences, simplex_upper)
 from certify.interval import Interval
 from certify.jacobian import jacobian, jacobian_norm
 
@@ -106,6 +107,34 @@ def test_the_row_sums_are_above_every_attained_row_sum(layer, seed):
     assert np.all(np.isfinite(bound))
 
 
+@settings(max_examples=40, deadline=None)
+@given(layer=dp_layers(), seed=st.integers(0, 10_000))
+def test_the_simplex_enclosure_contains_every_attained_jacobian(layer, seed):
+    """J(X) at random points and corners lies in the entrywise enclosure (up to the float error of J(X) itself)."""
+    weights, N, box = layer
+    w = numpy_weights(weights)
+    enclosure = dp_simplex_jacobian_enclosure(box, w)
+    J = jacobian(torch.from_numpy(_points(box, seed, 100)), weights).numpy()  # (count, N, D, N, D)
+    slack = 1e-13 * (1.0 + np.abs(J).max())  # J's own rounding error (tests/test_local_bounds.py, _assert_encloses)
+    assert enclosure.shape == J.shape[1:]
+    assert np.all(enclosure.lo - slack <= J) and np.all(J <= enclosure.hi + slack)
+    assert np.all(np.isfinite(enclosure.lo)) and np.all(np.isfinite(enclosure.hi))
+
+
+def test_the_simplex_enclosure_is_much_narrower_on_wide_boxes_and_tight_on_small_ones():
+    weights = random_weights("dp", 2, 4, scale=2.0, seed=0, bias=True)
+    w = numpy_weights(weights)
+    X0 = np.random.default_rng(0).standard_normal((6, 8))
+    wide = Interval(X0 - 0.5, X0 + 0.5)
+    plain, simplex = jacobian_enclosure(wide, w), dp_simplex_jacobian_enclosure(wide, w)
+    assert np.max(simplex.hi - simplex.lo) < np.max(plain.hi - plain.lo) / 3
+    small = Interval(X0 - 1e-9, X0 + 1e-9)
+    at_X0 = jacobian(torch.from_numpy(X0)[None], weights).numpy()[0]
+    narrow = dp_simplex_jacobian_enclosure(small, w)
+    assert np.max(narrow.hi - narrow.lo) < 1e-6 * (1.0 + np.max(np.abs(at_X0)))
+    assert np.all(narrow.lo - 1e-12 <= at_X0) and np.all(at_X0 <= narrow.hi + 1e-12)
+
+
 @settings(max_examples=30, deadline=None)
 @given(layer=dp_layers(), seed=st.integers(0, 10_000))
 def test_the_score_differences_contain_every_attained_difference(layer, seed):
@@ -153,9 +182,11 @@ def test_wide_boxes_are_much_tighter_than_the_interval_enclosure():
     assert attained <= simplex < interval_row_sum / 3
 
 
-def test_the_rows_reject_l2_layers():
+def test_the_rows_and_the_enclosure_reject_l2_layers():
     with pytest.raises(ValueError, match="DP layers"):
         dp_row_sums(Interval(np.zeros((2, 2)), np.ones((2, 2))), numpy_weights(random_weights("l2", 1, 2)))
+    with pytest.raises(ValueError, match="DP layers"):
+        dp_simplex_jacobian_enclosure(Interval(np.zeros((2, 2)), np.ones((2, 2))), numpy_weights(random_weights("l2", 1, 2)))
 
 
 @pytest.mark.parametrize("eps", [0.05, 0.5])

@@ -167,7 +167,8 @@ def test_registered_and_used_by_the_branch_and_bound():
                           lower_search=LOCAL_LOWER_SEARCH)
     with_taylor = local_bound(weights, N, "2", domain, time_budget=2.0, max_boxes=1, lower_search=LOCAL_LOWER_SEARCH)
     assert with_taylor.value <= without.value and with_taylor.value <= cert.value * (1 + 1e-12)
-    assert with_taylor.value < 0.8 * without.value  # the root box alone: the Taylor form is much tighter here
+    # the root box alone: the Taylor form is tighter here (the plain enclosure is already cut by `_simplex`'s)
+    assert with_taylor.value < 0.9 * without.value
 
 
 def test_ball_domain_is_sound():

@@ -24,6 +24,7 @@ from ..attention import AttentionWeights
 from ..bounds.local import const, l2_scores, numpy_weights, point_einsum, taylor_bound, token_differences
 from ..bounds.local._enclosure import jacobian_enclosure
 from ..bounds.local._taylor import taylor_enclosure
+from ..bounds.local._simplex import dp_simplex_jacobian_enclosure
 from ..interval import (Interval, exp, inf_norm_upper, interval_einsum, isum, reciprocal, round_down, round_up, sqrt,
                         square)
 from ..sdp import norm2_upper
@@ -320,12 +321,15 @@ def causal_jacobian(box: Interval, jacobian: Callable[[Interval], Interval], out
 
 def _unmasked_jacobian(block: Attention | L2Attention, box: Interval) -> Interval:
     """[J] (n D, n D) containing J(X) for every X in the box (n tokens), unmasked: the Taylor form about the box's
-    midpoint (DP: slope seeds; L2: directional seeds), cut by the direct interval evaluation."""
+    midpoint (DP: slope seeds; L2: directional seeds), cut by the direct interval evaluation and, for DP, by the
+    simplex enclosure (`bounds/local/_simplex.py`)."""
     w = numpy_weights(attention_weights(block))
     seeds = "slopes" if w.kind == "dp" else "directional"
     form = taylor_enclosure(box, box.mid, w, seeds=seeds, exact_diagonal=False)
     summed = form.at_centre + form.remainder
     J = intersect(summed, form.direct) if np.all(np.isfinite(form.direct.lo)) else summed
+    if w.kind == "dp":  # each softmax row kept on the simplex: much narrower on wide boxes
+        J = intersect(J, dp_simplex_jacobian_enclosure(box, w))
     n = box.shape[0] * box.shape[1]
     return J.reshape(n, n)
 

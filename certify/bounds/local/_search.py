@@ -6,7 +6,8 @@ B, `_enclosure` gives an interval matrix containing J(X) for every X in B, and i
 relaxation for the largest boxes when N D <= `sdp_max_size`); `_structured` gives a second, norm-based bound on the
 same box, `_taylor` (direct enclosure) or optionally (`vertices=True`, N D <= 8) `_vertex` a third (first-order
 form about the midpoint / maximised over the box's vertices), and for DP layers in the inf-norm `_simplex` a fourth
-(row sums with every softmax row kept on the simplex: the tightest on wide boxes); the smallest is kept. So
+(row sums with every softmax row kept on the simplex: the tightest on wide boxes); the smallest is kept. For DP
+layers the entrywise enclosure is also intersected with `_simplex`'s (both norms). So
 
     Lip_p(F) on Omega <= max over the current leaves of their bound,
 
@@ -42,14 +43,14 @@ from ..._memory import gib, memory_limit
 from ..._progress import progress_bar
 from ..._result import Certificate
 from ...attention import AttentionWeights, check_tokens
-from ...interval import Interval
+from ...interval import Interval, intersect
 from ...jacobian import check_norm, jacobian, jacobian_norm
 from ...sdp import MatrixEnclosure, SDPFallbackWarning, baseline_bound, enclosure_norm, inf_norm_bound, magnitude_bound
 from .._rounding import Scaled, scaled_norm
 from ._domain import initial_box, shrink, split
 from ._enclosure import _Weights, jacobian_enclosure, mean_value_enclosure, numpy_weights
 from ._taylor import MEMORY_LIMIT, memory_estimate, taylor_box_bounds
-from ._simplex import dp_inf_norm_bounds
+from ._simplex import dp_inf_norm_bounds, dp_simplex_jacobian_enclosure
 from ._structured import StructuredConstants, dp_structured_bound, l2_structured_bound, structured_constants
 from ._vertex import vertex_bounds
 
@@ -279,7 +280,7 @@ class _Plan:
     use_vertices: bool
     use_sdp: bool
     use_taylor: bool
-    use_simplex: bool  # inf-norm row sums with the softmax rows on the simplex (`_simplex`; DP)
+    use_simplex: bool  # DP: the softmax rows kept on the simplex (`_simplex`): entrywise J, inf-norm row sums
     constants: StructuredConstants
     radius: float | None
     symmetric: bool  # search one fundamental domain of token permutations (Ball)
@@ -321,7 +322,7 @@ def _set_up(weights: AttentionWeights, N: int, norm: str, domain: Domain, enclos
         use_sdp=norm == "2" and N * D <= sdp_max_size and entrywise,
         use_taylor=(taylor and enclosure == "direct" and entrywise
                     and memory_estimate(N, D, 8) <= min(MEMORY_LIMIT, limit)),
-        use_simplex=norm == "inf" and w64.kind == "dp" and entrywise,
+        use_simplex=w64.kind == "dp" and entrywise,
         constants=structured_constants(nw),
         radius=domain.radius if isinstance(domain, Ball) else None,
         symmetric=symmetric,
@@ -412,8 +413,10 @@ class _Search:
             vertex = np.full(kept.shape[0], math.inf)
             if plan.entrywise:
                 J = box_enclosure(kept, plan.nw, plan.enclosure)
+        if plan.use_simplex and J is not None:
+            J = intersect(J, dp_simplex_jacobian_enclosure(kept, plan.nw))
         structured = structured_box_bound(kept, plan.nw, plan.constants, plan.N, plan.norm, plan.radius, plan.scores)
-        if plan.use_simplex:
+        if plan.use_simplex and plan.norm == "inf":
             structured = np.minimum(structured, dp_inf_norm_bounds(kept, plan.nw))
         if plan.dense_lower:
             self.lower_at(0.5 * kept.lo + 0.5 * kept.hi)
@@ -426,6 +429,8 @@ class _Search:
         """Re-bound the leading leaf (popped[0]) with the certified SDP norm of its enclosure, and push it back."""
         neg_bound, _, _, box = popped[0]
         J = box_enclosure(box, self.plan.nw, self.plan.enclosure)
+        if self.plan.use_simplex:
+            J = intersect(J, dp_simplex_jacobian_enclosure(box, self.plan.nw))
         value = min(-neg_bound, enclosure_bound(J, self.plan.norm, sdp=True, time_limit=time_limit))
         self.sdp_refinements += 1
         self.push(value, box, sdp_refined=True)

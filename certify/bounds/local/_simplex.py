@@ -32,7 +32,9 @@ for one head (sigma = 1/sqrt(d); VO = W_O^T W_V^T, the (F, E) value-output matri
   + sum_E |sum_h J^h_ii[F, E]|, the l = i block enclosed as one interval matrix (exact as the box shrinks to a
   point, for one head). The smallest of the three is kept per row.
 
-The max over rows bounds ||J(X)||_inf over the box. On a trained D = 48 layer at eps = 0.1 it is about 80 times the
+The same blocks give an entrywise enclosure of J (`dp_simplex_jacobian_enclosure`: P_il, u_il, w_i and diag_i as
+intervals in the decomposition above), which the local branch and bound and the whole-model chain intersect with
+their other enclosures (both norms). The max over rows bounds ||J(X)||_inf over the box. On a trained D = 48 layer at eps = 0.1 it is about 80 times the
 interval enclosure's row sum (benchmarks/README.md); as eps -> 0 it tends to ||J(X0)||_inf for one head and stays
 above it by the triangle inequality over heads for several, where the Taylor forms are exact: the search keeps the
 smallest bound per box.
@@ -44,6 +46,7 @@ query token at a time: N^2 D memory). DP heads without masks only (L2 layers: se
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -118,47 +121,67 @@ def score_differences(box: Interval, dX: Interval, w: _Weights, h: int) -> tuple
     return intersect(L, first_order), Q, dK
 
 
+@dataclasses.dataclass(frozen=True)
+class _HeadBlocks:
+    """One head's blocks over boxes (..., N, D), each an enclosure for every X in the box (module docstring)."""
+
+    P: Interval  # (..., N_i, N_l), from the narrowed score differences
+    VO: Interval  # (F, E) = (W_V W_O)[E, F]
+    w: Interval  # (..., N_i, E) = W_K q_i
+    u: Interval  # (..., N_i, N_l, F) = W_O^T (v_l - vbar_i), by (1)
+    diagonal: Interval  # (..., N_i, F, E) = sigma W_O^T C_i K W_Q^T, C_i K by (1) entrywise
+    kt_norm: np.ndarray  # (..., N_i, N_l) >= ||W_Q (k_l - k_i)||_1
+
+
+def _head_blocks(box: Interval, dX: Interval, w: _Weights, h: int) -> _HeadBlocks:
+    """The blocks of head h; the weighted sums over the softmax rows by (1), one query token at a time."""
+    N = box.shape[-2]
+    WQ, WK, WV, WO = w.W_Q[h], w.W_K[h], w.W_V[h], w.W_O[h]
+    sigma = const(1.0 / math.sqrt(w.d))
+    L, Q, dK = score_differences(box, dX, w, h)
+    P = softmax_from_differences(L)  # (..., N, N)
+    dU = point_einsum("...lkD,Da,aF->...lFk", dX, WV, WO)  # U_l - U_k, k last
+    dV = point_einsum("...lkD,Da->...lak", dX, WV)  # v_l - v_k, k last
+    kt = point_einsum("...liD,Dc,Ec->...ilE", dX, WK, WQ)  # W_Q (k_l - k_i)
+    u, diagonal = [], []
+    for i in range(N):
+        P_i = P[..., i, :]  # (..., N_k)
+        P_row = Interval(P_i.lo[..., None, None, :], P_i.hi[..., None, None, :])
+        u.append(simplex_sum(P_row, dU))  # (..., N_l, F)
+        v = simplex_sum(P_row, dV)  # (..., N_l, a) = v_l - vbar_i
+        product = v.expand(-1) * dK[..., :, i, :].expand(-2)  # (..., N_l, a, c): (v_l - vbar_i)(k_l - k_i)^T
+        CK = simplex_sum(P_row, Interval(np.moveaxis(product.lo, -3, -1), np.moveaxis(product.hi, -3, -1)))
+        diagonal.append(point_einsum("...ac,aF,Ec->...FE", CK, WO, WQ) * sigma)
+    stack = lambda xs, axis: Interval(np.stack([x.lo for x in xs], axis), np.stack([x.hi for x in xs], axis))  # noqa: E731
+    return _HeadBlocks(P=P, VO=point_einsum("aF,Ea->FE", Interval(WO, WO), WV),
+                       w=point_einsum("...ic,Ec->...iE", Q, WK), u=stack(u, -3), diagonal=stack(diagonal, -3),
+                       kt_norm=sum_up(magnitude(kt), -1))
+
+
 def dp_row_sums(box: Interval, w: _Weights) -> np.ndarray:
     """(..., N, D): upper bounds on the row sums sum_{l, E} |J_il[F, E](X)| of a DP layer's Jacobian over every X in
     the boxes (..., N, D) (module docstring)."""
     if w.kind != "dp":
         raise ValueError(f"simplex row sums cover DP layers, got {w.kind!r}")
-    N, D = box.shape[-2:]
+    N = box.shape[-2]
     dX = token_differences(box)  # [l, k] = x_l - x_k
     sigma = const(1.0 / math.sqrt(w.d))
-    combined = np.zeros(box.shape)
-    values = np.zeros(box.shape)
-    off_diagonal = np.zeros(box.shape)
+    combined, values, off_diagonal = np.zeros(box.shape), np.zeros(box.shape), np.zeros(box.shape)
     diagonal = [None] * N  # sum_h sigma W_O^T C_i K W_Q^T
     block = [None] * N  # sum_h J^h_ii: its P_ii term and its diagonal part together
     for h in range(w.H):
-        WQ, WK, WV, WO = w.W_Q[h], w.W_K[h], w.W_V[h], w.W_O[h]
-        L, Q, dK = score_differences(box, dX, w, h)
-        P = softmax_from_differences(L)  # (..., N, N)
-        VO = point_einsum("aF,Ea->FE", Interval(WO, WO), WV)
-        Kq = point_einsum("...ic,Ec->...iE", Q, WK)  # w_i = W_K q_i
-        dU = point_einsum("...lkD,Da,aF->...lFk", dX, WV, WO)  # U_l - U_k, k last
-        dV = point_einsum("...lkD,Da->...lak", dX, WV)  # v_l - v_k, k last
-        kt = point_einsum("...liD,Dc,Ec->...ilE", dX, WK, WQ)  # W_Q (k_l - k_i)
-        kt_norm = sum_up(magnitude(kt), -1)  # (..., N_i, N_l)
+        b = _head_blocks(box, dX, w, h)
         for i in range(N):
-            P_i = P[..., i, :]  # (..., N_k)
-            P_row = Interval(P_i.lo[..., None, None, :], P_i.hi[..., None, None, :])
-            u = simplex_sum(P_row, dU)  # (..., N_l, F)
-            v = simplex_sum(P_row, dV)  # (..., N_l, a) = v_l - vbar_i
-            term = VO + (u * sigma).expand(-1) * Kq[..., i, :].expand(-2).expand(-2)  # (..., N_l, F, E)
+            P_i, u = b.P[..., i, :], b.u[..., i, :, :]  # (..., N_l), (..., N_l, F)
+            term = b.VO + (u * sigma).expand(-1) * b.w[..., i, :].expand(-2).expand(-2)  # (..., N_l, F, E)
             g = sum_up(magnitude(term), -1)  # (..., N_l, F)
-            z = _mul(magnitude(u), kt_norm[..., i, :, None], float(sigma.hi))
+            z = _mul(magnitude(u), b.kt_norm[..., i, :, None], float(sigma.hi))
             lo, hi = P_i.lo[..., None, :], P_i.hi[..., None, :]
             combined[..., i, :] = _add(combined[..., i, :], simplex_upper(lo, hi, np.swapaxes(_add(g, z), -1, -2)))
             values[..., i, :] = _add(values[..., i, :], simplex_upper(lo, hi, np.swapaxes(g, -1, -2)))
             g_off = np.where(np.arange(N)[:, None] == i, 0.0, g)  # z_i = 0: the l = i block is bounded jointly
             off_diagonal[..., i, :] = _add(off_diagonal[..., i, :], simplex_upper(lo, hi, np.swapaxes(g_off, -1, -2)))
-            k_li = dK[..., :, i, :]  # (..., N_l, c) = k_l - k_i
-            product = v.expand(-1) * k_li.expand(-2)  # (..., N_l, a, c)
-            CK = simplex_sum(Interval(P_i.lo[..., None, None, :], P_i.hi[..., None, None, :]),
-                             Interval(np.moveaxis(product.lo, -3, -1), np.moveaxis(product.hi, -3, -1)))
-            head = point_einsum("...ac,aF,Ec->...FE", CK, WO, WQ) * sigma
+            head = b.diagonal[..., i, :, :]
             diagonal[i] = head if diagonal[i] is None else diagonal[i] + head
             P_ii = Interval(P_i.lo[..., i, None, None], P_i.hi[..., i, None, None])
             J_ii = P_ii * term[..., i, :, :] + head
@@ -172,3 +195,29 @@ def dp_inf_norm_bounds(boxes: Interval, w: _Weights) -> np.ndarray:
     """(B,): per box (B, N, D), an upper bound on max ||J(X)||_inf over X in the box (the largest row sum)."""
     rows = dp_row_sums(boxes, w)
     return np.max(rows.reshape(rows.shape[0], -1), axis=-1)
+
+
+def dp_simplex_jacobian_enclosure(box: Interval, w: _Weights) -> Interval:
+    """(..., N, D, N, D): an entrywise enclosure of a DP layer's Jacobian J[i, F, l, E] over the boxes (..., N, D),
+
+        J_il[F, E] = sum_h P_il (VO[F, E] + sigma u_il[F] w_i[E]) + delta_il diag_i[F, E]
+
+    with the blocks of `_head_blocks` (P from the narrowed score differences, u and C_i K by (1)): on wide boxes
+    much narrower than `dp_jacobian_enclosure`, which encloses each weighted sum term by term; intersect the two."""
+    if w.kind != "dp":
+        raise ValueError(f"simplex enclosures cover DP layers, got {w.kind!r}")
+    N = box.shape[-2]
+    dX = token_differences(box)
+    sigma = const(1.0 / math.sqrt(w.d))
+    diagonal_mask = np.eye(N, dtype=bool)[:, None, :, None]  # [i, F, l, E]: i = l
+    J = None
+    for h in range(w.H):
+        b = _head_blocks(box, dX, w, h)
+        P = b.P.expand(-2).expand(-1)  # (..., N_i, 1, N_l, 1)
+        Pu = (b.P.expand(-1) * b.u).swapaxes(-2, -1)  # (..., N_i, F, N_l)
+        cross = Pu.expand(-1) * (b.w * sigma).expand(-2).expand(-2)  # (..., N_i, F, N_l, E)
+        diagonal = b.diagonal.expand(-2)  # (..., N_i, F, 1, E)
+        head = P * b.VO.expand(-2) + cross + Interval(np.where(diagonal_mask, diagonal.lo, 0.0),
+                                                      np.where(diagonal_mask, diagonal.hi, 0.0))
+        J = head if J is None else J + head
+    return J
