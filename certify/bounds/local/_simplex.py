@@ -55,7 +55,7 @@ from ...interval import Interval, intersect, round_down, round_up
 from ...sdp._floating import ETA, U, gamma, sum_up, up
 from ._enclosure import (_Weights, const, dp_score_differences, point_einsum, softmax_from_differences,
                          token_differences)
-from ._slopes import _add, _einsum_up, _mul
+from ._upper import _add, _einsum_up, _mul
 
 
 def magnitude(x: Interval) -> np.ndarray:
@@ -95,6 +95,29 @@ def simplex_sum(P: Interval, Z: Interval) -> Interval:
     """An enclosure of sum_k P_k Z_k (last axis) for P_k >= 0 in P with sum_k P_k = 1 and Z_k in Z: by (1) on Z.hi and
     on -Z.lo (P_k Z_k <= P_k Z.hi_k since P_k >= 0)."""
     return Interval(-simplex_upper(P.lo, P.hi, -Z.lo), simplex_upper(P.lo, P.hi, Z.hi))
+
+
+def _stack(parts: list[Interval], axis: int) -> Interval:
+    return Interval(np.stack([x.lo for x in parts], axis), np.stack([x.hi for x in parts], axis))
+
+
+def simplex_centred(P: Interval, differences: Interval) -> Interval:
+    """[i, l, ...] = sum_k P_ik differences[l, k, ...] for softmax rows P (N, N) and differences (N, N, ...), each by
+    (1): e.g. v_l - vbar_i = sum_k P_ik (v_l - v_k). One query token i at a time (N^2 x trailing memory)."""
+    Z = Interval(np.moveaxis(differences.lo, 1, -1), np.moveaxis(differences.hi, 1, -1))  # (N_l, ..., N_k)
+    shape = (1,) * (Z.lo.ndim - 1) + (P.shape[-1],)
+    return _stack([simplex_sum(Interval(P.lo[i].reshape(shape), P.hi[i].reshape(shape)), Z)
+                   for i in range(P.shape[0])], 0)
+
+
+def simplex_weighted_products(P: Interval, a: Interval, b: Interval) -> Interval:
+    """[i, r, F] = sum_l P_il a[i, l, r] b[i, l, F] for softmax rows P (N, N), by (1) on the interval products."""
+    parts = []
+    for i in range(P.shape[0]):
+        product = a[i].expand(-1) * b[i].expand(-2)  # (N_l, r, F)
+        Z = Interval(np.moveaxis(product.lo, 0, -1), np.moveaxis(product.hi, 0, -1))
+        parts.append(simplex_sum(Interval(P.lo[i][None, None, :], P.hi[i][None, None, :]), Z))
+    return _stack(parts, 0)
 
 
 def score_differences(box: Interval, dX: Interval, w: _Weights, h: int) -> tuple[Interval, Interval, Interval]:
@@ -152,9 +175,8 @@ def _head_blocks(box: Interval, dX: Interval, w: _Weights, h: int) -> _HeadBlock
         product = v.expand(-1) * dK[..., :, i, :].expand(-2)  # (..., N_l, a, c): (v_l - vbar_i)(k_l - k_i)^T
         CK = simplex_sum(P_row, Interval(np.moveaxis(product.lo, -3, -1), np.moveaxis(product.hi, -3, -1)))
         diagonal.append(point_einsum("...ac,aF,Ec->...FE", CK, WO, WQ) * sigma)
-    stack = lambda xs, axis: Interval(np.stack([x.lo for x in xs], axis), np.stack([x.hi for x in xs], axis))  # noqa: E731
     return _HeadBlocks(P=P, VO=point_einsum("aF,Ea->FE", Interval(WO, WO), WV),
-                       w=point_einsum("...ic,Ec->...iE", Q, WK), u=stack(u, -3), diagonal=stack(diagonal, -3),
+                       w=point_einsum("...ic,Ec->...iE", Q, WK), u=_stack(u, -3), diagonal=_stack(diagonal, -3),
                        kt_norm=sum_up(magnitude(kt), -1))
 
 

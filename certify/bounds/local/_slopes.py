@@ -45,27 +45,13 @@ import numpy as np
 from ...interval import Interval, exp, intersect, interval_einsum, isum, reciprocal, round_down, round_up
 from ...sdp._floating import ETA, sum_up
 from ._enclosure import _Weights, clip01, const, point_einsum, token_differences
+from ._simplex import simplex_centred, simplex_weighted_products
+from ._upper import _add, _einsum_up, _mul
 
 PRODUCT_RULE_MAX = 100_000_000
 """With product_rule=None, the product rule on P_il v~_il (N^3 D^2 work per head) when N^3 D^2 is at most this."""
 EXACT_DIAGONAL_MAX = 3_000_000
 """With exact_diagonal=None, the N D^3 (per token) form of S_A when N D^3 is at most this (else separable)."""
-
-
-def _mul(*factors: np.ndarray) -> np.ndarray:
-    """An upper bound on the exact product of nonnegative float arrays (each multiplication rounded up)."""
-    out = factors[0]
-    for f in factors[1:]:
-        out = round_up(out * f) + ETA
-    return out
-
-
-def _add(*terms: np.ndarray) -> np.ndarray:
-    """An upper bound on the exact sum of nonnegative float arrays."""
-    out = terms[0]
-    for t in terms[1:]:
-        out = round_up(out + t)
-    return out
 
 
 def _weighted(h: np.ndarray, mag: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
@@ -123,9 +109,12 @@ def head_blocks(box: Interval, centre: np.ndarray, h: np.ndarray, w: _Weights, h
     off_diagonal = ~np.eye(N, dtype=bool)[None]
     L = Interval(np.where(off_diagonal, L.lo, 0.0), np.where(off_diagonal, L.hi, 0.0))
     P = clip01(reciprocal(isum(exp(L), -1)))
-    k_tilde = centred(P, g.swapaxes(0, 1))  # [i, l] = sum_k P_ik W_Q (k_l - k_k)
-    v_tilde = centred(P, interval_einsum("lkD,DF->lkF", dX, WVO))  # [i, l] = W_O^T (v_l - vbar_i)
-    A = interval_einsum("il,ilr,ilF->irF", P, k_tilde, v_tilde)
+    # weighted sums over a softmax row: term by term, cut by (1) of `_simplex` (sum_k P_ik = 1 kept)
+    dV = interval_einsum("lkD,DF->lkF", dX, WVO)
+    k_tilde = intersect(centred(P, g.swapaxes(0, 1)), simplex_centred(P, g.swapaxes(0, 1)))  # W_Q (k_l - kbar_i)
+    v_tilde = intersect(centred(P, dV), simplex_centred(P, dV))  # [i, l] = W_O^T (v_l - vbar_i)
+    A = intersect(interval_einsum("il,ilr,ilF->irF", P, k_tilde, v_tilde),
+                  simplex_weighted_products(P, k_tilde, v_tilde))
     return P, k_tilde, v_tilde, b, M, WVO, A
 
 
@@ -249,20 +238,6 @@ def _product_slope(P: Interval, k_tilde: Interval, v_tilde: Interval, b: Interva
         mags[:, i] = inner_i.mag
         out[i] = _mul(P[i].mag[:, None], _weighted(h[None, :, :, None], mags, (1, 2)))
     return out
-
-
-def _einsum_up(subscripts: str, *operands: np.ndarray) -> np.ndarray:
-    """An upper bound on einsum(subscripts, *operands) for nonnegative float operands: the float einsum of K terms
-    of p factors is within gamma_{K+p} relative of the exact sum, plus K (p + 1) 2^-1074 for underflow."""
-    inputs, output = subscripts.split("->")
-    sizes: dict[str, int] = {}
-    for names, x in zip(inputs.split(","), operands):
-        sizes.update(zip(names, x.shape))
-    K = int(np.prod([sizes[c] for c in sizes if c not in output])) if sizes else 1
-    n = 2 * (K + len(operands)) + 4
-    with np.errstate(under="ignore"):
-        value = np.einsum(subscripts, *operands, optimize=True)
-    return round_up(value * (1.0 + 2.0 * n * 2.0**-53)) + (K * (len(operands) + 1) + 1) * ETA
 
 
 def _diagonal_slope(P: Interval, k_tilde: Interval, v_tilde: Interval, b: Interval, A: Interval, M: Interval,

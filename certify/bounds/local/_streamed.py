@@ -44,7 +44,8 @@ from ...jacobian import check_norm
 from ...sdp._floating import ETA, gamma, sum_up, up
 from ._domain import initial_box
 from ._enclosure import _Weights, _zero_diagonal, clip01, const, numpy_weights, point_einsum, token_differences
-from ._slopes import _add, _einsum_up, _mul, average_over_nested_boxes, half_widths, nested_box
+from ._slopes import average_over_nested_boxes, half_widths, nested_box
+from ._upper import _add, _einsum_up, _mul
 from ._taylor import nonnegative_norm2_upper
 
 CHUNK_BYTES = 256 * 2**20

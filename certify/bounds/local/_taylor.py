@@ -48,7 +48,8 @@ from ...sdp._floating import ETA, U, gamma, lambda_min_lower, norm2_upper, up
 from ._domain import initial_box
 from ._dual import Dual
 from ._enclosure import _Weights, jacobian_enclosure, numpy_weights, point_einsum
-from ._slopes import _einsum_up, dp_slopes, integral_slopes
+from ._slopes import dp_slopes, integral_slopes
+from ._upper import _einsum_up
 
 BYTES_PER_ENTRY = 400
 """Peak bytes per entry of J (N^2 D^2 entries per box) of one Taylor evaluation, rounded up from tracemalloc
