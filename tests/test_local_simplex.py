@@ -8,6 +8,7 @@ smaller row sum must be caught by an attained value; the branch and bound that u
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -198,3 +199,17 @@ def test_the_branch_and_bound_with_the_row_sums_stays_above_its_lower_bounds(eps
     points = torch.from_numpy(_points(Interval(X0.numpy() - eps, X0.numpy() + eps), 0))
     attained = float(jacobian_norm(jacobian(points, weights), "inf").max())
     assert max(attained, cert.details["lower"]) <= cert.value
+
+
+@pytest.mark.parametrize("norm", ["inf", "2"])
+def test_tiny_weights_never_certify_zero(norm):
+    """Weights of 1e-300 give a Jacobian of about 1e-600, below the smallest float: the certificate must stay
+    positive (the structured bound underflowed to 0.0 here and is now discarded below 2^-900)."""
+    weights = random_weights("dp", 2, 2, seed=3, bias=True)
+    weights = dataclasses.replace(weights, W_Q=weights.W_Q * 1e-300, W_K=weights.W_K * 1e-300,
+                                  W_V=weights.W_V * 1e-300, W_O=weights.W_O * 1e-300)
+    X0 = np.random.default_rng(0).standard_normal((3, 4))
+    assert np.all(dp_row_sums(Interval(X0 - 0.1, X0 + 0.1), numpy_weights(weights)) > 0)
+    cert = local_bound(weights, 3, norm, EpsBall(torch.from_numpy(X0), 0.1, "inf"), time_budget=2.0,
+                       lower_search=LOCAL_LOWER_SEARCH, quiet=True)
+    assert cert.certified and cert.value > 0

@@ -46,7 +46,7 @@ from ...attention import AttentionWeights, check_tokens
 from ...interval import Interval, intersect
 from ...jacobian import check_norm, jacobian, jacobian_norm
 from ...sdp import MatrixEnclosure, SDPFallbackWarning, baseline_bound, enclosure_norm, inf_norm_bound, magnitude_bound
-from .._rounding import Scaled, scaled_norm
+from .._rounding import TAU, Scaled, scaled_norm
 from ._domain import initial_box, shrink, split
 from ._enclosure import _Weights, jacobian_enclosure, mean_value_enclosure, numpy_weights
 from ._taylor import MEMORY_LIMIT, memory_estimate, taylor_box_bounds
@@ -122,15 +122,17 @@ def box_enclosure(boxes: Interval, weights, enclosure: str) -> Interval:
 
 def structured_box_bound(boxes: Interval, nw, constants, N: int, norm: str, radius: float | None,
                          scores: bool = True) -> np.ndarray:
-    """The norm-based bound of `_structured` per box (2-norm; times sqrt(N D) for the inf-norm);
-    scores=False: without the interval softmax (O(N D + N^2) memory)."""
+    """The norm-based bound of `_structured` per box (2-norm; times sqrt(N D) for the inf-norm), inf where it is below
+    TAU = 2^-900; scores=False: without the interval softmax (O(N D + N^2) memory)."""
     if nw.kind == "dp":
         value = dp_structured_bound(boxes, nw, constants, radius, scores=scores)
     else:
         value = l2_structured_bound(boxes, nw, constants, N, radius, scores=scores)
     if norm == "inf":
         value = value * math.sqrt(N * nw.D) * (1 + 1e-12)
-    return value
+    # its float products carry no absolute error term: a value this small may have underflowed (weights of 1e-300
+    # gave 0.0 for a Jacobian of 1e-600), so it is not used; the enclosures' norms, outward rounded, decide there
+    return np.where(value >= TAU, value, math.inf)
 
 
 def _project(X: np.ndarray, domain: Domain) -> np.ndarray:

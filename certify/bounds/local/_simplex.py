@@ -97,6 +97,12 @@ def simplex_sum(P: Interval, Z: Interval) -> Interval:
     return Interval(-simplex_upper(P.lo, P.hi, -Z.lo), simplex_upper(P.lo, P.hi, Z.hi))
 
 
+def _sum_up(x: np.ndarray, axis: int) -> np.ndarray:
+    """`sum_up` (an upper bound on a sum of nonnegative terms), inf where a term is inf or nan."""
+    finite = np.isfinite(x)
+    return np.where(np.all(finite, axis=axis), sum_up(np.where(finite, x, 0.0), axis), math.inf)
+
+
 def _stack(parts: list[Interval], axis: int) -> Interval:
     return Interval(np.stack([x.lo for x in parts], axis), np.stack([x.hi for x in parts], axis))
 
@@ -177,7 +183,7 @@ def _head_blocks(box: Interval, dX: Interval, w: _Weights, h: int) -> _HeadBlock
         diagonal.append(point_einsum("...ac,aF,Ec->...FE", CK, WO, WQ) * sigma)
     return _HeadBlocks(P=P, VO=point_einsum("aF,Ea->FE", Interval(WO, WO), WV),
                        w=point_einsum("...ic,Ec->...iE", Q, WK), u=_stack(u, -3), diagonal=_stack(diagonal, -3),
-                       kt_norm=sum_up(magnitude(kt), -1))
+                       kt_norm=_sum_up(magnitude(kt), -1))
 
 
 def dp_row_sums(box: Interval, w: _Weights) -> np.ndarray:
@@ -196,7 +202,7 @@ def dp_row_sums(box: Interval, w: _Weights) -> np.ndarray:
         for i in range(N):
             P_i, u = b.P[..., i, :], b.u[..., i, :, :]  # (..., N_l), (..., N_l, F)
             term = b.VO + (u * sigma).expand(-1) * b.w[..., i, :].expand(-2).expand(-2)  # (..., N_l, F, E)
-            g = sum_up(magnitude(term), -1)  # (..., N_l, F)
+            g = _sum_up(magnitude(term), -1)  # (..., N_l, F)
             z = _mul(magnitude(u), b.kt_norm[..., i, :, None], float(sigma.hi))
             lo, hi = P_i.lo[..., None, :], P_i.hi[..., None, :]
             combined[..., i, :] = _add(combined[..., i, :], simplex_upper(lo, hi, np.swapaxes(_add(g, z), -1, -2)))
@@ -208,8 +214,8 @@ def dp_row_sums(box: Interval, w: _Weights) -> np.ndarray:
             P_ii = Interval(P_i.lo[..., i, None, None], P_i.hi[..., i, None, None])
             J_ii = P_ii * term[..., i, :, :] + head
             block[i] = J_ii if block[i] is None else block[i] + J_ii
-    covariance = np.stack([sum_up(magnitude(diagonal[i]), -1) for i in range(N)], axis=-2)  # (..., N, F)
-    blocks = np.stack([sum_up(magnitude(block[i]), -1) for i in range(N)], axis=-2)  # (..., N, F)
+    covariance = np.stack([_sum_up(magnitude(diagonal[i]), -1) for i in range(N)], axis=-2)  # (..., N, F)
+    blocks = np.stack([_sum_up(magnitude(block[i]), -1) for i in range(N)], axis=-2)  # (..., N, F)
     return np.minimum(np.minimum(combined, _add(values, covariance)), _add(off_diagonal, blocks))
 
 
