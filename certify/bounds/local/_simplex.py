@@ -248,4 +248,4 @@ def dp_simplex_jacobian_enclosure(box: Interval, w: _Weights) -> Interval:
         head = P * b.VO.expand(-2) + cross + Interval(np.where(diagonal_mask, diagonal.lo, 0.0),
                                                       np.where(diagonal_mask, diagonal.hi, 0.0))
         J = head if J is None else J + head
-    return J
+    return Interval(np.where(np.isnan(J.lo), -math.inf, J.lo), np.where(np.isnan(J.hi), math.inf, J.hi))  # inf * 0
