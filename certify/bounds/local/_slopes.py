@@ -43,7 +43,7 @@ from typing import Callable
 import numpy as np
 
 from ...interval import Interval, exp, intersect, interval_einsum, isum, reciprocal, round_down, round_up
-from ...sdp._floating import ETA, sum_up
+from ...sdp._floating import sum_up
 from ._enclosure import _Weights, clip01, const, point_einsum, token_differences
 from ._simplex import simplex_centred, simplex_weighted_products
 from ._upper import _add, _einsum_up, _mul
