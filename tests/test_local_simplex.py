@@ -25,7 +25,7 @@ from certify.bounds.local._enclosure import (dp_score_differences, jacobian_encl
                                              token_differences)
 from certify.bounds.local._search import local_bound
 from certify.bounds.local._simplex import (dp_inf_norm_bounds, dp_row_sums, dp_simplex_jacobian_enclosure,
-                                           score_differences, simplex_upper)
+                                           score_differences, simplex_centred_images, simplex_upper)
 from certify.interval import Interval
 from certify.jacobian import jacobian, jacobian_norm
 
@@ -62,6 +62,24 @@ def test_the_simplex_bound_is_sound_at_random_simplex_points_and_handles_inf():
     assert simplex_upper(lo, np.array([1.0, np.inf, 1.0, 1.0, 1.0]), z[0]) == math.inf
     assert simplex_upper(lo, hi, np.array([0.0, np.nan, 0.0, 0.0, 0.0])) == math.inf
     assert simplex_upper(np.zeros(3), np.ones(3), np.array([-np.inf, 1.0, 2.0])) == math.inf
+
+
+@settings(max_examples=40, deadline=None)
+@given(N=st.integers(1, 5), F=st.integers(1, 3), seed=st.integers(0, 2**31 - 1))
+def test_the_centred_images_contain_every_weighted_difference(N, F, seed):
+    """simplex_centred_images(P, Y) contains sum_k P_ik (y_l - y_k) for softmax rows P in the box and y_l in Y_l;
+    (P from the hull of 200 points of the simplex per row, y from a random box)."""
+    rng = np.random.default_rng(seed)
+    P = rng.dirichlet(np.ones(N) * 0.5, size=(200, N))  # (samples, N_i, N_k), rows on the simplex
+    P_box = Interval(P.min(axis=0), P.max(axis=0))
+    lo = rng.standard_normal((N, F))
+    Y_box = Interval(lo, lo + rng.uniform(0, 2, (N, F)))
+    y = Y_box.lo + rng.uniform(0, 1, (200, N, F)) * (Y_box.hi - Y_box.lo)
+    exact = np.einsum("sik,slkF->silF", P, y[:, :, None, :] - y[:, None, :, :])  # (samples, N_i, N_l, F)
+    enclosure = simplex_centred_images(P_box, Y_box)
+    assert enclosure.shape == (N, N, F)
+    slack = 1e-12 * (1.0 + np.abs(exact).max())
+    assert np.all(enclosure.lo - slack <= exact) and np.all(exact <= enclosure.hi + slack)
 
 
 @st.composite

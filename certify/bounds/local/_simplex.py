@@ -107,13 +107,21 @@ def _stack(parts: list[Interval], axis: int) -> Interval:
     return Interval(np.stack([x.lo for x in parts], axis), np.stack([x.hi for x in parts], axis))
 
 
-def simplex_centred(P: Interval, differences: Interval) -> Interval:
-    """[i, l, ...] = sum_k P_ik differences[l, k, ...] for softmax rows P (N, N) and differences (N, N, ...), each by
-    (1): e.g. v_l - vbar_i = sum_k P_ik (v_l - v_k). One query token i at a time (N^2 x trailing memory)."""
-    Z = Interval(np.moveaxis(differences.lo, 1, -1), np.moveaxis(differences.hi, 1, -1))  # (N_l, ..., N_k)
-    shape = (1,) * (Z.lo.ndim - 1) + (P.shape[-1],)
-    return _stack([simplex_sum(Interval(P.lo[i].reshape(shape), P.hi[i].reshape(shape)), Z)
-                   for i in range(P.shape[0])], 0)
+def simplex_centred_images(P: Interval, Y: Interval) -> Interval:
+    """(N, N, F): [i, l] encloses sum_k P_ik (y_l - y_k) for softmax rows P (N, N) and per-token images y_l in Y[l]
+    (F values each) of independent tokens. With sum_k P_ik = 1 it equals y_l (1 - P_il) - sum_{k != l} P_ik y_k, so
+        <= Y_l.hi + max_P sum_k P_ik (-Y_k.lo) - P_il.lo (Y_l.hi - Y_l.lo),
+        >= Y_l.lo - max_P sum_k P_ik Y_k.hi + P_il.lo (Y_l.hi - Y_l.lo),
+    each max by (1) once per (i, F): N^2 F work (one linear program per difference y_l - y_k would be N^3 F)."""
+    row = lambda x: x[:, None, :]  # noqa: E731  (N_i, 1, N_k) against (F, N_k)
+    S_hi = simplex_upper(row(P.lo), row(P.hi), -Y.lo.T)  # (N_i, F)
+    S_lo = simplex_upper(row(P.lo), row(P.hi), Y.hi.T)
+    width = np.maximum(round_down(Y.hi - Y.lo), 0.0)  # (N_l, F)
+    own = np.maximum(round_down(P.lo[:, :, None] * width[None]), 0.0)  # <= P_il.lo (Y_l.hi - Y_l.lo)
+    with np.errstate(invalid="ignore"):
+        hi = round_up(round_up(Y.hi[None] + S_hi[:, None, :]) - own)
+        lo = round_down(round_down(Y.lo[None] - S_lo[:, None, :]) + own)
+    return Interval(np.where(np.isnan(lo), -math.inf, lo), np.where(np.isnan(hi), math.inf, hi))
 
 
 def simplex_weighted_products(P: Interval, a: Interval, b: Interval) -> Interval:

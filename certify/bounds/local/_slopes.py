@@ -45,14 +45,14 @@ import numpy as np
 from ...interval import Interval, exp, intersect, interval_einsum, isum, reciprocal, round_down, round_up
 from ...sdp._floating import sum_up
 from ._enclosure import _Weights, clip01, const, point_einsum, token_differences
-from ._simplex import simplex_centred, simplex_weighted_products
+from ._simplex import simplex_centred_images, simplex_weighted_products
 from ._upper import _add, _einsum_up, _mul
 
 PRODUCT_RULE_MAX = 100_000_000
 """With product_rule=None, the product rule on P_il v~_il (N^3 D^2 work per head) when N^3 D^2 is at most this."""
-SIMPLEX_CUT_MAX = 30_000_000
-"""The softmax-row sums k~, v~ and A are cut by the simplex bound (N^4 D work per head, sorting) when N^4 D is at most
-this: about 2 s here; at (N, D) = (64, 64) the cut took 70 s of a pass with a 10 s budget."""
+SIMPLEX_CUT_MAX = 3_000_000
+"""A = sum_l P_il k~_il v~_il^T is cut by the simplex bound (N^2 D^2 work per head, sorting) when N^2 D^2 is at most
+this (k~ and v~ always: N^2 D); at (N, D) = (64, 64) the cut of all three took 70 s of a pass with a 10 s budget."""
 EXACT_DIAGONAL_MAX = 3_000_000
 """With exact_diagonal=None, the N D^3 (per token) form of S_A when N D^3 is at most this (else separable)."""
 
@@ -112,16 +112,13 @@ def head_blocks(box: Interval, centre: np.ndarray, h: np.ndarray, w: _Weights, h
     off_diagonal = ~np.eye(N, dtype=bool)[None]
     L = Interval(np.where(off_diagonal, L.lo, 0.0), np.where(off_diagonal, L.hi, 0.0))
     P = clip01(reciprocal(isum(exp(L), -1)))
-    # weighted sums over a softmax row: term by term, cut by (1) of `_simplex` (sum_k P_ik = 1 kept) when affordable
-    dV = interval_einsum("lkD,DF->lkF", dX, WVO)
-    k_tilde = centred(P, g.swapaxes(0, 1))  # [i, l] = W_Q (k_l - kbar_i)
-    v_tilde = centred(P, dV)  # [i, l] = W_O^T (v_l - vbar_i)
-    cut = N**4 * D <= SIMPLEX_CUT_MAX
-    if cut:
-        k_tilde = intersect(k_tilde, simplex_centred(P, g.swapaxes(0, 1)))
-        v_tilde = intersect(v_tilde, simplex_centred(P, dV))
+    # weighted sums over a softmax row: term by term, cut by (1) of `_simplex` (sum_k P_ik = 1 kept)
+    # (the differences are those of per-token images y_l = x_l M, x_l W_V W_O of independent tokens)
+    k_tilde = intersect(centred(P, g.swapaxes(0, 1)), simplex_centred_images(P, interval_einsum("lD,Dr->lr", box, M)))
+    v_tilde = intersect(centred(P, interval_einsum("lkD,DF->lkF", dX, WVO)),
+                        simplex_centred_images(P, interval_einsum("lD,DF->lF", box, WVO)))
     A = interval_einsum("il,ilr,ilF->irF", P, k_tilde, v_tilde)
-    if cut:
+    if N**2 * D**2 <= SIMPLEX_CUT_MAX:
         A = intersect(A, simplex_weighted_products(P, k_tilde, v_tilde))
     return P, k_tilde, v_tilde, b, M, WVO, A
 
