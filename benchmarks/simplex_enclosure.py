@@ -28,7 +28,7 @@ from local_realistic import trained_layer
 
 def _norms(J: Interval) -> tuple[float, float]:
     n = int(np.prod(J.shape[:2]))
-    magnitude = np.maximum(np.abs(J.lo), np.abs(J.hi)).reshape(n, n)
+    magnitude = J.mag.reshape(n, n)
     mid, rad = (0.5 * J.lo + 0.5 * J.hi).reshape(n, n), (0.5 * J.hi - 0.5 * J.lo).reshape(n, n)
     return float(magnitude.sum(1).max()), float(np.linalg.norm(mid, 2) + np.linalg.norm(rad, 2))
 

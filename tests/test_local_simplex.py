@@ -194,7 +194,7 @@ def test_wide_boxes_are_much_tighter_than_the_interval_enclosure():
     box = Interval(X0[None] - 0.5, X0[None] + 0.5)
     w = numpy_weights(weights)
     enclosure = jacobian_enclosure(box, w)
-    magnitude = np.maximum(np.abs(enclosure.lo), np.abs(enclosure.hi)).reshape(6 * 8, 6 * 8)
+    magnitude = enclosure.mag.reshape(6 * 8, 6 * 8)
     interval_row_sum = magnitude.sum(axis=1).max()
     simplex = dp_inf_norm_bounds(box, w)[0]
     attained = _row_sums(_points(Interval(box.lo[0], box.hi[0]), 0), weights).max()

@@ -17,3 +17,4 @@ from certify.interval._interval import round_down as round_down
 from certify.interval._interval import round_up as round_up
 from certify.interval._interval import sqrt as sqrt
 from certify.interval._interval import square as square
+from certify.interval._interval import stack as stack

@@ -251,6 +251,11 @@ def isum(x: Interval, axis=None) -> Interval:
         return _raw(*sum_last_axes(x.lo, x.hi, _normalise_axes(x.lo.ndim, axis)))
 
 
+def stack(parts: "list[Interval]", axis: int = 0) -> Interval:
+    """np.stack of intervals (exact)."""
+    return Interval(np.stack([x.lo for x in parts], axis), np.stack([x.hi for x in parts], axis))
+
+
 def hull(a: Interval, b: Interval) -> Interval:
     """Smallest interval containing both."""
     return Interval(np.minimum(a.lo, b.lo), np.maximum(a.hi, b.hi))

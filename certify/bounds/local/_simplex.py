@@ -51,16 +51,11 @@ import math
 
 import numpy as np
 
-from ...interval import Interval, intersect, round_down, round_up
+from ...interval import Interval, intersect, round_down, round_up, stack
 from ...sdp._floating import ETA, U, gamma, sum_up, up
 from ._enclosure import (_Weights, const, dp_score_differences, point_einsum, softmax_from_differences,
                          token_differences)
 from ._upper import _add, _einsum_up, _mul
-
-
-def magnitude(x: Interval) -> np.ndarray:
-    """max(|lo|, |hi|): the largest |value| in each interval."""
-    return np.maximum(np.abs(x.lo), np.abs(x.hi))
 
 
 def simplex_upper(lo: np.ndarray, hi: np.ndarray, z: np.ndarray) -> np.ndarray:
@@ -103,10 +98,6 @@ def _sum_up(x: np.ndarray, axis: int) -> np.ndarray:
     return np.where(np.all(finite, axis=axis), sum_up(np.where(finite, x, 0.0), axis), math.inf)
 
 
-def _stack(parts: list[Interval], axis: int) -> Interval:
-    return Interval(np.stack([x.lo for x in parts], axis), np.stack([x.hi for x in parts], axis))
-
-
 def simplex_centred_images(P: Interval, Y: Interval) -> Interval:
     """(N, N, F): [i, l] encloses sum_k P_ik (y_l - y_k) for softmax rows P (N, N) and per-token images y_l in Y[l]
     (F values each) of independent tokens. With sum_k P_ik = 1 it equals y_l (1 - P_il) - sum_{k != l} P_ik y_k, so
@@ -131,7 +122,7 @@ def simplex_weighted_products(P: Interval, a: Interval, b: Interval) -> Interval
         product = a[i].expand(-1) * b[i].expand(-2)  # (N_l, r, F)
         Z = Interval(np.moveaxis(product.lo, 0, -1), np.moveaxis(product.hi, 0, -1))
         parts.append(simplex_sum(Interval(P.lo[i][None, None, :], P.hi[i][None, None, :]), Z))
-    return _stack(parts, 0)
+    return stack(parts, 0)
 
 
 def score_differences(box: Interval, dX: Interval, w: _Weights, h: int) -> tuple[Interval, Interval, Interval]:
@@ -145,8 +136,8 @@ def score_differences(box: Interval, dX: Interval, w: _Weights, h: int) -> tuple
     point = Interval(centre, centre)
     Q_c, dK_c, L_c = dp_score_differences(point, token_differences(point), w, h)
     sigma = float(const(1.0 / math.sqrt(w.d)).hi)
-    a = _mul(magnitude(point_einsum("...jkc,Dc->...jkD", dK_c, WQ)), sigma)  # |a_jk|
-    b = _mul(magnitude(point_einsum("...ic,Dc->...iD", Q_c, WK)), sigma)  # |b_i|
+    a = _mul(point_einsum("...jkc,Dc->...jkD", dK_c, WQ).mag, sigma)  # |a_jk|
+    b = _mul(point_einsum("...ic,Dc->...iD", Q_c, WK).mag, sigma)  # |b_i|
     linear_b = _einsum_up("...jD,...iD->...ij", r, b)  # [i, j] = r_j . |b_i|
     linear = _add(_einsum_up("...iD,...jkD->...ijk", r, a), linear_b[..., :, :, None], linear_b[..., :, None, :])
     M = WQ @ WK.T  # |W_Q W_K^T| <= |fl(M)| + gamma_d |W_Q| |W_K|^T
@@ -190,8 +181,8 @@ def _head_blocks(box: Interval, dX: Interval, w: _Weights, h: int) -> _HeadBlock
         CK = simplex_sum(P_row, Interval(np.moveaxis(product.lo, -3, -1), np.moveaxis(product.hi, -3, -1)))
         diagonal.append(point_einsum("...ac,aF,Ec->...FE", CK, WO, WQ) * sigma)
     return _HeadBlocks(P=P, VO=point_einsum("aF,Ea->FE", Interval(WO, WO), WV),
-                       w=point_einsum("...ic,Ec->...iE", Q, WK), u=_stack(u, -3), diagonal=_stack(diagonal, -3),
-                       kt_norm=_sum_up(magnitude(kt), -1))
+                       w=point_einsum("...ic,Ec->...iE", Q, WK), u=stack(u, -3), diagonal=stack(diagonal, -3),
+                       kt_norm=_sum_up(kt.mag, -1))
 
 
 def dp_row_sums(box: Interval, w: _Weights) -> np.ndarray:
@@ -210,8 +201,8 @@ def dp_row_sums(box: Interval, w: _Weights) -> np.ndarray:
         for i in range(N):
             P_i, u = b.P[..., i, :], b.u[..., i, :, :]  # (..., N_l), (..., N_l, F)
             term = b.VO + (u * sigma).expand(-1) * b.w[..., i, :].expand(-2).expand(-2)  # (..., N_l, F, E)
-            g = _sum_up(magnitude(term), -1)  # (..., N_l, F)
-            z = _mul(magnitude(u), b.kt_norm[..., i, :, None], float(sigma.hi))
+            g = _sum_up(term.mag, -1)  # (..., N_l, F)
+            z = _mul(u.mag, b.kt_norm[..., i, :, None], float(sigma.hi))
             lo, hi = P_i.lo[..., None, :], P_i.hi[..., None, :]
             combined[..., i, :] = _add(combined[..., i, :], simplex_upper(lo, hi, np.swapaxes(_add(g, z), -1, -2)))
             values[..., i, :] = _add(values[..., i, :], simplex_upper(lo, hi, np.swapaxes(g, -1, -2)))
@@ -222,8 +213,8 @@ def dp_row_sums(box: Interval, w: _Weights) -> np.ndarray:
             P_ii = Interval(P_i.lo[..., i, None, None], P_i.hi[..., i, None, None])
             J_ii = P_ii * term[..., i, :, :] + head
             block[i] = J_ii if block[i] is None else block[i] + J_ii
-    covariance = np.stack([_sum_up(magnitude(diagonal[i]), -1) for i in range(N)], axis=-2)  # (..., N, F)
-    blocks = np.stack([_sum_up(magnitude(block[i]), -1) for i in range(N)], axis=-2)  # (..., N, F)
+    covariance = np.stack([_sum_up(diagonal[i].mag, -1) for i in range(N)], axis=-2)  # (..., N, F)
+    blocks = np.stack([_sum_up(block[i].mag, -1) for i in range(N)], axis=-2)  # (..., N, F)
     return np.minimum(np.minimum(combined, _add(values, covariance)), _add(off_diagonal, blocks))
 
 

@@ -39,7 +39,7 @@ from ..._errors import InvalidInputError
 from ..._progress import progress_bar
 from ..._result import Certificate
 from ...attention import AttentionWeights, attention_forward, check_tokens
-from ...interval import Interval, exp, interval_einsum, isum, reciprocal, round_up
+from ...interval import Interval, exp, interval_einsum, isum, reciprocal, round_up, stack
 from ...jacobian import check_norm
 from ...sdp._floating import ETA, gamma, sum_up, up
 from ._domain import initial_box
@@ -135,7 +135,7 @@ def head_parts(box: Interval, w: _Weights, query_chunk: int) -> HeadParts:
         parts["C"].append(P.expand(-1) * Dv)
         parts["CK"].append(CK)
         parts["Kq"].append(point_einsum("ic,Ec->iE", Q, w.W_K[h]))
-    return HeadParts(**{name: _stack(pieces) for name, pieces in parts.items()})
+    return HeadParts(**{name: stack(pieces) for name, pieces in parts.items()})
 
 
 def slope_sums(box: Interval, w: _Weights, eta: float, query_chunk: int) -> tuple[np.ndarray, np.ndarray]:
@@ -217,10 +217,6 @@ def slope_sums(box: Interval, w: _Weights, eta: float, query_chunk: int) -> tupl
 
 def _concatenate(pieces: list[Interval], axis: int) -> Interval:
     return Interval(np.concatenate([p.lo for p in pieces], axis), np.concatenate([p.hi for p in pieces], axis))
-
-
-def _stack(pieces: list[Interval]) -> Interval:
-    return Interval(np.stack([p.lo for p in pieces]), np.stack([p.hi for p in pieces]))
 
 
 @dataclasses.dataclass(frozen=True)
