@@ -29,6 +29,16 @@ from certify.bounds.closed_form import castin_bound
 from certify.bounds.local._streamed import streamed_bound
 
 
+def fresh_layer(size: str) -> tuple[int, int, int, torch.nn.MultiheadAttention, torch.Tensor]:
+    """(D, H, N, layer, X0) for "D:H:N": a default-initialised nn.MultiheadAttention (float64, seed 0) and the
+    LayerNorm of N Gaussian tokens."""
+    D, H, N = (int(x) for x in size.split(":"))
+    torch.manual_seed(0)
+    layer = torch.nn.MultiheadAttention(D, H, batch_first=True).double()
+    X0 = torch.nn.functional.layer_norm(torch.randn(N, D, dtype=torch.float64), (D,))
+    return D, H, N, layer, X0
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="64:4:128", help="comma-separated D:H:N")
@@ -42,10 +52,7 @@ def main() -> None:
     print(f"{'D':>4} {'H':>3} {'N':>4} {'norm':>4} {'eps':>7} {'streamed':>11} {'castin':>11} {'attained':>10} "
           f"{'ratio':>7} {'castin/ours':>11} {'s':>7} {'peak GiB':>8} {'steps':>5} {'one box':>9} {'s':>6}")
     for size in args.sizes.split(","):
-        D, H, N = (int(x) for x in size.split(":"))
-        torch.manual_seed(0)
-        layer = torch.nn.MultiheadAttention(D, H, batch_first=True).double()
-        X0 = torch.nn.functional.layer_norm(torch.randn(N, D, dtype=torch.float64), (D,))
+        D, H, N, layer, X0 = fresh_layer(size)
         weights = as_weights(layer)
         for norm in args.norms.split(","):
             for eps in (float(e) for e in args.eps.split(",")):

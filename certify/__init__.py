@@ -6,6 +6,7 @@ Start with `certify_layer(layer, tokens=N, norm="2")`; it returns a `Report` of 
 from ._certify import Report as Report, certify_layer as certify_layer
 from ._checkpoint import load_layer as load_layer, save_layer as save_layer
 from ._errors import (
+    BudgetExceeded as BudgetExceeded,
     CertifyError as CertifyError,
     CheckpointError as CheckpointError,
     ClusterError as ClusterError,

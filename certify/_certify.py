@@ -6,19 +6,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from typing import Any, Sequence
 
 import numpy as np
 import torch
 
 from ._domain import Ball, Domain, EpsBall, Global
-from ._errors import InvalidInputError
+from ._errors import BudgetExceeded, InvalidInputError
 from ._footprint import available_bytes, check_memory, format_bytes, method_floor_bytes
 from ._result import Certificate
 from .adversarial import LOCAL_LOWER_SEARCH, lower_bound
 from .attention import AttentionWeights, as_weights, check_tokens
 from .bounds import METHODS, require_global_lipschitz
-from .bounds.local import BudgetExceeded
 from .jacobian import check_norm
 
 
@@ -129,8 +129,11 @@ def certify_layer(layer: torch.nn.Module | AttentionWeights, tokens: int | None 
         methods: names from ``certify.bounds.METHODS`` (a list, or one name as a string), or ``"all"`` (default:
             every default method that applies).
         lower: also run the adversarial search for a lower bound on the same domain.
-        time_budget: seconds for each searching method (branch and bound, and the adversarial lower bound);
-            Ctrl-C inside a branch and bound keeps its bound.
+        time_budget: seconds for each method that searches or makes one long pass (branch and bound, taylor,
+            streamed, and the adversarial lower bound); Ctrl-C inside a branch and bound keeps its bound. A
+            one-pass method whose predicted time does not fit refuses before it starts (listed in
+            ``Report.skipped`` with the budget it would need); taylor then leaves what is left of its budget to
+            the streamed form, which certifies the same eps-ball matrix-free, more loosely.
 
     Refuses (`InvalidInputError`, before allocating) a run whose estimated memory exceeds what is available.
     """
@@ -171,6 +174,7 @@ def certify_layer(layer: torch.nn.Module | AttentionWeights, tokens: int | None 
     check_memory([m.name for m in chosen], weights, tokens, domain, restarts)
     certificates = []
     for m in chosen:
+        began = time.perf_counter()
         try:
             certificates.append(m.compute(weights, tokens, norm, domain, time_budget=time_budget, progress=progress,
                                           lower_search=LOCAL_LOWER_SEARCH))
@@ -178,6 +182,16 @@ def certify_layer(layer: torch.nn.Module | AttentionWeights, tokens: int | None 
             if methods is not None and list(methods) != ["all"] and len(chosen) == 1:
                 raise
             skipped.append(str(error))
+            fallback = METHODS.get(m.fallback) if m.fallback else None
+            left = time_budget - (time.perf_counter() - began)
+            if fallback is None or fallback in chosen or not fallback.covers(weights, domain, norm) or left <= 0:
+                continue
+            try:  # the fallback on what is left of this method's budget
+                certificates.append(fallback.compute(weights, tokens, norm, domain, time_budget=left,
+                                                     progress=progress, lower_search=LOCAL_LOWER_SEARCH))
+                skipped.append(f"{m.name}: {fallback.name} ran instead, on the {left:.1f} s left of its budget")
+            except BudgetExceeded as fallback_error:
+                skipped.append(str(fallback_error))
     if lower:
         options = {"seconds": time_budget, **(lower_options or {})}
         certificates.append(lower_bound(weights, tokens, norm, domain, progress=progress, **options))

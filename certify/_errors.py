@@ -13,6 +13,11 @@ class InvalidInputError(CertifyError):
     """Shapes that do not match, NaN or Inf entries, N < 1, unknown options."""
 
 
+class BudgetExceeded(InvalidInputError):
+    """A one-pass method cannot finish within its time budget (predicted before starting, or extrapolated from
+    the part measured so far): it certifies nothing, since a partial pass proves nothing."""
+
+
 class NotLipschitzError(CertifyError):
     """A global bound was asked of a map that has none (dot-product attention, untied L2 attention)."""
 

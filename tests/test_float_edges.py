@@ -266,3 +266,27 @@ def test_scale_fuzz_factorised(dtype, data):
 @given(data=st.data())
 def test_scale_fuzz_castin(dtype, data):
     check_scaled(castin_bound, data.draw(scaled_layers("dp", dtype)))
+
+
+def test_an_unbounded_interval_entry_gives_an_unbounded_einsum_entry_not_nan():
+    """point_einsum on an interval with an entry [-inf, inf] (a softmax row enclosed to nothing on a wide box): the
+    midpoint is nan there, and every output entry it touches must come out as [-inf, inf], the others still
+    enclosing the exact products."""
+    from certify.bounds.local._enclosure import point_einsum
+    from certify.interval import Interval
+
+    lo = np.array([[-np.inf, 1.0], [0.0, 1.0]])
+    hi = np.array([[np.inf, 2.0], [0.5, 1.0]])
+    W = np.array([[1.0, -3.0], [2.0, 0.5]])
+    with np.errstate(invalid="raise"):  # no nan may be formed and left behind unnoticed
+        try:
+            out = point_einsum("ij,jk->ik", Interval(lo, hi), W)
+        except FloatingPointError:
+            pytest.fail("point_einsum formed nan from an unbounded entry")
+    assert not np.any(np.isnan(out.lo)) and not np.any(np.isnan(out.hi))
+    assert np.all(out.lo[0] == -np.inf) and np.all(out.hi[0] == np.inf)
+    rng = np.random.default_rng(0)
+    for _ in range(100):
+        X = lo[1] + (hi[1] - lo[1]) * rng.random(2)
+        value = X @ W
+        assert np.all(out.lo[1] <= value) and np.all(value <= out.hi[1])

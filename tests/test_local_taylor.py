@@ -213,19 +213,20 @@ def test_the_nonnegative_norm_bound_survives_overflow_and_underflow():
 @settings(max_examples=15)
 @given(st.integers(0, 2**31 - 1), st.sampled_from([1e-200, 1.0, 1e150]), st.integers(1, 40))
 def test_the_large_size_centre_norm_is_a_tight_upper_bound(seed, scale, rank):
-    """Above DENSE_NORM_MAX the centre's 2-norm comes from the Gram matrix and a Cholesky check (no eigensolver):
-    it must be >= the exact norm, and within 1% of it."""
+    """Above GRAM_EIGH_MAX the centre's 2-norm comes from the Gram matrix and a Cholesky check at a power-iteration
+    guess (no eigensolver), below it at LAPACK's estimate: >= the exact norm, within 1% and 1e-9 of it."""
     import certify.bounds.local._taylor as taylor
 
     rng = np.random.default_rng(seed)
     C = scale * (rng.normal(size=(60, rank)) @ rng.normal(size=(rank, 60)))
     exact = np.linalg.norm(C, 2)
-    original = taylor.DENSE_NORM_MAX
+    assert exact <= taylor.centre_norm2_upper(C) <= exact * (1 + 1e-9) + 1e-300
+    original = taylor.GRAM_EIGH_MAX
     try:
-        taylor.DENSE_NORM_MAX = 10
+        taylor.GRAM_EIGH_MAX = 10
         value = taylor.centre_norm2_upper(C)
     finally:
-        taylor.DENSE_NORM_MAX = original
+        taylor.GRAM_EIGH_MAX = original
     assert exact <= value <= exact * 1.01 + 1e-300
 
 

@@ -37,11 +37,15 @@ class Method:
     norms: tuple[str, ...] = ("2", "inf")
     default: bool = True  # part of the default set (every applicable default method)
     extra: Callable[[AttentionWeights, int, Domain], bool] = lambda weights, N, domain: True
+    fallback: str | None = None  # run instead, on what is left of the budget, when this one raises BudgetExceeded
+
+    def covers(self, weights: AttentionWeights, domain: Domain, norm: str = "2") -> bool:
+        """The kind, domain and norm are ones this method can certify (`extra` aside)."""
+        covered = Global in self.domains or isinstance(domain, self.domains)
+        return weights.kind in self.kinds and covered and norm in self.norms
 
     def applies(self, weights: AttentionWeights, domain: Domain, N: int = 2, norm: str = "2") -> bool:
-        covered = Global in self.domains or isinstance(domain, self.domains)
-        return (weights.kind in self.kinds and covered and norm in self.norms
-                and self.extra(weights, N, domain))
+        return self.covers(weights, domain, norm) and self.extra(weights, N, domain)
 
 
 METHODS: dict[str, Method] = {}
@@ -82,7 +86,8 @@ register(Method("taylor", ("dp", "l2"), (EpsBall,),
                 "first-order Taylor form of J about the centre: ||J(X0)|| plus a certified remainder, exact as "
                 "eps -> 0 (proofs/taylor_remainder.py); on a Ball(R) the branch and bound uses it per box",
                 extra=lambda w, N, domain: memory_estimate(
-                    N, w.D, seeds=resolve_seeds("auto", N, w.D, w.kind)) <= MEMORY_LIMIT))
+                    N, w.D, seeds=resolve_seeds("auto", N, w.D, w.kind)) <= MEMORY_LIMIT,
+                fallback="streamed"))
 register(Method("streamed", ("dp",), (EpsBall,),
                 lambda w, N, norm, domain, **options: streamed_bound(w, N, norm, domain, **options),
                 "first-order Taylor form about the centre without materialising J: ||J(X0)|| streamed one query token "

@@ -14,7 +14,7 @@ from ._enclosure import (
     point_einsum as point_einsum,
     token_differences as token_differences,
 )
-from ._streamed import BudgetExceeded as BudgetExceeded, streamed_bound as streamed_bound
+from ._streamed import streamed_bound as streamed_bound
 from ._search import LowerSearch as LowerSearch, local_bound as local_bound
 from ._taylor import MEMORY_LIMIT as MEMORY_LIMIT, memory_estimate as memory_estimate, taylor_bound as taylor_bound
 from ._taylor import resolve_seeds as resolve_seeds

@@ -63,9 +63,10 @@ def point_einsum(subscripts: str, x: Interval, *points: np.ndarray) -> Interval:
     with np.errstate(under="ignore"):
         lo, hi = np.ldexp(x.lo, -exponents[0]) - ETA, np.ldexp(x.hi, -exponents[0]) + ETA
         points = tuple(np.ldexp(p, -k) for p, k in zip(points, exponents[1:]))
-    mid = 0.5 * lo + 0.5 * hi
-    mid = np.clip(mid, lo, hi)
-    rad = round_up(np.maximum(hi - mid, mid - lo))
+    with np.errstate(invalid="ignore"):  # an unbounded entry's midpoint is nan: the result is made unbounded below
+        mid = 0.5 * lo + 0.5 * hi
+        mid = np.clip(mid, lo, hi)
+        rad = round_up(np.maximum(hi - mid, mid - lo))
     abs_points = [np.abs(p) for p in points]
     total = sum(exponents)
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
@@ -74,7 +75,11 @@ def point_einsum(subscripts: str, x: Interval, *points: np.ndarray) -> Interval:
         m = np.einsum(subscripts, np.abs(mid), *abs_points, optimize=True)
         radius = round_up(round_up(r * (1 + g)) + round_up(g * m * (1 + g)) + K * 1e-300)
         c, radius = np.ldexp(c, total), round_up(np.ldexp(radius, total)) + ETA
-    return Interval(round_down(c - radius), round_up(c + radius))
+        out_lo, out_hi = round_down(c - radius), round_up(c + radius)
+    unknown = np.isnan(out_lo) | np.isnan(out_hi)
+    if np.any(unknown):  # nan from an unbounded input (inf - inf, 0 * inf): nothing is known of that entry
+        out_lo, out_hi = np.where(unknown, -np.inf, out_lo), np.where(unknown, np.inf, out_hi)
+    return Interval(out_lo, out_hi)
 
 
 def point_einsum_any(subscripts: str, x, *points: np.ndarray):

@@ -49,7 +49,7 @@ from ...sdp import MatrixEnclosure, SDPFallbackWarning, baseline_bound, enclosur
 from .._rounding import TAU, Scaled, scaled_norm
 from ._domain import initial_box, shrink, split
 from ._enclosure import _Weights, jacobian_enclosure, mean_value_enclosure, numpy_weights
-from ._taylor import MEMORY_LIMIT, memory_estimate, taylor_box_bounds
+from ._taylor import MEMORY_LIMIT, interval_norm2_upper, memory_estimate, taylor_box_bounds
 from ._simplex import dp_inf_norm_bounds, dp_simplex_jacobian_enclosure
 from ._structured import StructuredConstants, dp_structured_bound, l2_structured_bound, structured_constants
 from ._vertex import vertex_bounds
@@ -72,6 +72,10 @@ class LowerSearch:
 ENCLOSURES: tuple[str, ...] = ("auto", "direct", "mean-value")
 VERTEX_COORDINATES = 8
 """With the mean-value enclosure and N D <= this, also use the first-order vertex bound (`_vertex`)."""
+DILATION_MAX = 512
+"""Up to this N D the 2-norm of an entrywise enclosure takes `certify.sdp`'s dense bounds (eigenvalue problems of
+the 2 N D dilation); above, `_taylor.interval_norm2_upper` (Gram matrix and Collatz-Wielandt: 17 s -> 1.5 s at
+N D = 2048, where one box took twice the 10 s budget)."""
 DENSE_LOWER_COORDINATES = 512
 """Above this N D the lower bounds at box centres use the matrix-free, time-limited `attained_norm` on one point
 instead of the dense Jacobians of a batch ((N D)^2 per point: 8 GiB for 64 points at N = D = 64)."""
@@ -110,6 +114,8 @@ def enclosure_bound(J: Interval, norm: str, *, sdp: bool = False, time_limit: fl
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", SDPFallbackWarning)
             return enclosure_norm(enclosure, "2", method="sdp", time_limit=time_limit).value
+    if lo.shape[0] > DILATION_MAX:
+        return interval_norm2_upper(enclosure)
     return min(baseline_bound(enclosure), magnitude_bound(enclosure))
 
 

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from ..._domain import Domain, EpsBall
-from ..._errors import InvalidInputError
+from ..._errors import BudgetExceeded, InvalidInputError
 from ..._progress import progress_bar
 from ..._result import Certificate
 from ...attention import AttentionWeights, attention_forward, check_tokens
@@ -53,10 +53,6 @@ CHUNK_BYTES = 256 * 2**20
 
 QUERY_CHUNK_BYTES = 256 * 2**20
 """Target bytes of the (c_q, N, N, d) interval products of the attention enclosure."""
-
-
-class BudgetExceeded(InvalidInputError):
-    """The measured first query extrapolates past the time budget: no bound (a partial pass proves nothing)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -340,7 +336,8 @@ def centre_sums(parts: HeadParts, w: _Weights, N: int, key_chunk: int, *, second
                 if needed > seconds:
                     raise BudgetExceeded(
                         f"streamed: the first of {N} query tokens took {time.perf_counter() - begin:.2f} s, so the "
-                        f"pass needs about {needed:.0f} s > the time budget {seconds:.0f} s (raise time_budget)")
+                        f"pass needs about {needed:.0f} s > the {seconds:.0f} s left of the time budget "
+                        f"(raise time_budget)")
     return MagnitudeSums(rows, columns, blocks)
 
 

@@ -38,17 +38,17 @@ import numpy as np
 import torch
 
 from ..._domain import Ball, Domain, EpsBall
-from ..._errors import InvalidInputError
+from ..._errors import BudgetExceeded, InvalidInputError
 from ..._result import Certificate
 from ...attention import AttentionWeights, check_tokens
 from ...interval import Interval, intersect, isum, round_down, round_up
 from ...jacobian import check_norm, jacobian, jacobian_norm
 from ...sdp import MatrixEnclosure, baseline_bound, inf_norm_bound
-from ...sdp._floating import ETA, U, gamma, lambda_min_lower, norm2_upper, up
+from ...sdp._floating import ETA, U, gamma, lambda_min_lower, up
 from ._domain import initial_box
 from ._dual import Dual
 from ._enclosure import _Weights, jacobian_enclosure, numpy_weights, point_einsum
-from ._slopes import dp_slopes, integral_slopes
+from ._slopes import EXACT_DIAGONAL_MAX, PRODUCT_RULE_MAX, dp_slopes, integral_slopes
 from ._upper import _einsum_up
 
 BYTES_PER_ENTRY = 400
@@ -63,12 +63,55 @@ SLOPES_BYTES_PER_ENTRY = 200
 tracemalloc measurements at D = 64, 128 and 256, N = 17 (153-164 B)."""
 
 DENSE_NORM_MAX = 2048
-"""Above this N D, the 2-norm of the centre's enclosure is bounded without a dense eigenvalue problem
-(min of || |c| ||_2 and sqrt(||c||_1 ||c||_inf)), and the direct enclosure of J over the box is skipped."""
+"""Above this N D the direct enclosure of J over the box is skipped (memory), and the 2-norms of the centre
+(`centre_norm2_upper`) and of J(X0) (`attained_at`) take power-iteration guesses, not eigenvalue problems."""
 
 
 REFINEMENT_SHARE = 0.6
 """taylor_bound with seeds "slopes": the share of its time_budget the extra passes of the integral form may use."""
+
+
+SLOPES_SECONDS = 3.5e-7
+"""Reference seconds (this repository's 2-core CPU, otherwise idle; `_fit_budget` rescales them by the measured
+time of the centre's enclosure) per H N^2 D^2 for one `dp_slopes` pass with its two refinements and the separable
+diagonal. Fitted with the next ones to the unbudgeted taylor passes of benchmarks/budgets.py: predicted / measured
+1.17-1.3 from (D, H, N) = (48, 3, 17) to (128, 4, 16), 0.6 at (64, 4, 64), where the centre's enclosure is slower
+by the same factor 1.4, so that the calibrated prediction is about 0.85 (`dp_slopes`' deadline covers the rest)."""
+EXACT_DIAGONAL_SECONDS = 1e-7
+"""Added per H N^2 D^3 by the exact diagonal slope."""
+PRODUCT_RULE_SECONDS = 2e-8
+"""Added per H N^3 D^2 by the product rule on P_il v~_il."""
+ENCLOSURE_SECONDS = 0.8e-7
+"""Per H N^2 D^2 for one interval enclosure of J (at the centre, or over the box)."""
+MATRIX_SECONDS = 2e-7
+"""Per (N D)^2 for the matrix enclosures and their norm bounds."""
+DENSE_NORM_SECONDS = 3e-10
+"""Per (N D)^3 for the symmetric eigenvalue problems of the 2-norm of the centre and of ||J(X0)||_2 (N D <=
+DENSE_NORM_MAX; about 2 s at N D = 2048)."""
+
+
+def predicted_seconds(N: int, D: int, H: int, norm: str, seeds: str, exact_diagonal: bool = False,
+                      product_rule: bool = False) -> tuple[float, float]:
+    """(remainder pass, the rest): reference seconds of `taylor_bound` (module constants), before any nested box.
+
+    The remainder pass: `dp_slopes` for seeds "slopes", about four enclosures of J for "directional" (one forward
+    pass with a tangent), N D / 8 for "coordinates" (chunks of 16 tangents); the rest: the enclosure of J at the
+    centre, the direct enclosure over the box (N D <= DENSE_NORM_MAX), the matrix norm bounds, and for the 2-norm
+    with N D <= DENSE_NORM_MAX the dense eigenvalue problems. A prediction, not a promise: `dp_slopes` also checks
+    its deadline after each head."""
+    units, n = H * (N * D) ** 2, N * D
+    enclosure = ENCLOSURE_SECONDS * units
+    if seeds == "slopes":
+        first = (SLOPES_SECONDS * units + (EXACT_DIAGONAL_SECONDS * H * N**2 * D**3 if exact_diagonal else 0.0)
+                 + (PRODUCT_RULE_SECONDS * H * N**3 * D**2 if product_rule else 0.0))
+    elif seeds == "directional":
+        first = 4 * enclosure
+    else:
+        first = enclosure * max(1.0, n / 8)
+    rest = enclosure * (2 if n <= DENSE_NORM_MAX else 1) + MATRIX_SECONDS * n**2
+    if norm == "2" and n <= DENSE_NORM_MAX:
+        rest += DENSE_NORM_SECONDS * n**3
+    return first, rest
 
 
 def memory_estimate(N: int, D: int, boxes: int = 1, seeds: str = "directional") -> int:
@@ -231,7 +274,8 @@ def direction_remainder_times(box: Interval, w: _Weights, directions: Interval, 
 
 def taylor_enclosure(box: Interval, centre: np.ndarray, w: _Weights, *, seeds: str = "directional",
                      chunk: int = 16, remainder_scale: float = 1.0, exact_diagonal: bool | None = None,
-                     max_steps: int = 1, time_budget: float | None = None) -> TaylorEnclosure:
+                     max_steps: int = 1, time_budget: float | None = None, product_rule: bool | None = None,
+                     deadline: float | None = None, at_centre: Interval | None = None) -> TaylorEnclosure:
     """The Taylor form of J over boxes (..., N, D) about points `centre` (..., N, D) inside them.
 
     seeds: "directional" (one tangent holding the interval direction B - X0: cost about 3 enclosures of J) or
@@ -242,8 +286,10 @@ def taylor_enclosure(box: Interval, centre: np.ndarray, w: _Weights, *, seeds: s
     coordinate slopes of J bounded from its building blocks, `_slopes.dp_slopes`: N^2 D^3 work per head, within
     1.5x of the exact entrywise slope on trained layers; with max_steps > 1, `_slopes.integral_slopes`: the slopes
     averaged over up to max_steps nested boxes, as many as fit in time_budget seconds, each with the separable
-    diagonal unless exact_diagonal is True). `remainder_scale` < 1 deliberately shrinks T (for tests that must catch
-    a too-small remainder); it is never used by a certified bound.
+    diagonal unless exact_diagonal is True; product_rule and deadline as in `_slopes.dp_slopes`, the deadline on the
+    first pass only). `at_centre`: the enclosure of J at the centre, if already computed. `remainder_scale` < 1
+    deliberately shrinks T (for tests that must catch a too-small remainder); it is never used by a certified
+    bound.
     """
     if seeds not in SEEDS:
         raise InvalidInputError(f"seeds must be one of {SEEDS}, got {seeds!r}")
@@ -267,12 +313,14 @@ def taylor_enclosure(box: Interval, centre: np.ndarray, w: _Weights, *, seeds: s
         flat_centre = centre.reshape(-1, N, D)
         if max_steps > 1:
             parts = [integral_slopes(Interval(flat_lo[b], flat_hi[b]), flat_centre[b], w, max_steps=max_steps,
-                                     time_budget=time_budget, exact_diagonal=bool(exact_diagonal))
+                                     time_budget=time_budget, exact_diagonal=bool(exact_diagonal),
+                                     product_rule=product_rule, deadline=deadline)
                      for b in range(batch)]
             S, steps = np.stack([part[0] for part in parts]), min(part[1] for part in parts)
         else:
             S = np.stack([dp_slopes(Interval(flat_lo[b], flat_hi[b]), flat_centre[b], w,
-                                    exact_diagonal=exact_diagonal) for b in range(batch)])
+                                    exact_diagonal=exact_diagonal, product_rule=product_rule, deadline=deadline)
+                          for b in range(batch)])
         S = S.reshape(*box.shape[:-2], N, D, N, D)
         if N * D <= DENSE_NORM_MAX:
             direct = jacobian_enclosure(box, w)
@@ -287,7 +335,8 @@ def taylor_enclosure(box: Interval, centre: np.ndarray, w: _Weights, *, seeds: s
         remainder, direct = coordinate_remainder(box, centre, w, chunk)
     if remainder_scale != 1.0:
         remainder = Interval(remainder.lo * remainder_scale, remainder.hi * remainder_scale)
-    at_centre = jacobian_enclosure(Interval(centre, centre), w)
+    if at_centre is None:
+        at_centre = jacobian_enclosure(Interval(centre, centre), w)
     return TaylorEnclosure(at_centre, remainder, direct, steps)
 
 
@@ -339,31 +388,31 @@ def _scaled_norm2_upper(R: np.ndarray, iterations: int) -> float:
 
 
 def centre_norm2_upper(C: np.ndarray) -> float:
-    """A proven upper bound on ||C||_2 for a square float matrix: `norm2_upper` (a dense eigenvalue problem of the
-    dilation) up to DENSE_NORM_MAX rows; above, from the Gram matrix B = fl(C^T C), symmetrised:
+    """A proven upper bound on ||C||_2 for a square float matrix, from the Gram matrix B = fl(C^T C), symmetrised:
 
         ||C||_2^2 = lambda_max(C^T C) <= lambda_max(B) + ||C^T C - B||_2,   |C^T C - B| <= 2 gamma_n |C|^T |C|
 
     (Higham 3.5, the factor 2 covering the symmetrising average), so ||C^T C - B||_2 <= 2 gamma_n || |C| ||_2^2, with
-    lambda_max(B) = -lambda_min(-B) bounded by `lambda_min_lower`'s Cholesky check at a power-iteration guess (no
-    eigendecomposition), and || |C| ||_2 by `nonnegative_norm2_upper`. Work: one Gram product and one Cholesky."""
-    n = C.shape[0]
-    if n <= DENSE_NORM_MAX:
-        return norm2_upper(C)
-    if not np.any(C):
-        return 0.0
-    # an exact power-of-two scaling to a largest entry in [1/2, 1) keeps C^T C away from underflow and overflow;
-    # entries that become subnormal move by <= eta / 2, which n eta on the scaled norm covers
-    exponent = math.frexp(float(np.abs(C).max()))[1]
-    with np.errstate(under="ignore"):
-        scaled = np.ldexp(C, -exponent)
-    value = _gram_norm2_upper(scaled) + n * ETA
-    with np.errstate(over="ignore"):
-        return float(up(np.ldexp(value, exponent)))
+    lambda_max(B) = -lambda_min(-B) bounded by `lambda_min_lower`'s Cholesky check at LAPACK's estimate (up to
+    GRAM_EIGH_MAX rows) or a power-iteration guess, and || |C| ||_2 by `nonnegative_norm2_upper`. Work: one Gram
+    product, one Cholesky (and one symmetric eigenvalue problem of size n up to GRAM_EIGH_MAX). Against the dense
+    eigenvalue problem of the dilation (2n x 2n, `norm2_upper`) at n = 2048: 0.8 s for 5.8 s, and 2e-10 above the
+    exact norm for 2e-9 (a random matrix)."""
+    return gram_norm2_upper(C)
 
 
-GRAM_EIGH_MAX = 512
-"""Gram matrices up to this size get LAPACK's eigenvalue estimate as the guess of the Cholesky check."""
+def interval_norm2_upper(enclosure: MatrixEnclosure) -> float:
+    """A proven upper bound on max ||J||_2 over an interval matrix J_c +- R: min(||J_c||_2 + ||R||_2, || |J_c| + R ||_2)
+    (`certify.sdp`'s baseline and magnitude bounds) by `centre_norm2_upper` and `nonnegative_norm2_upper`, without
+    the dense eigenvalue problems of the dilation: at n = 2048 about 1.5 s where `baseline_bound` and
+    `magnitude_bound` take about 17 s (three 4096 x 4096 eigenvalue problems)."""
+    baseline = float(up(centre_norm2_upper(enclosure.center) + nonnegative_norm2_upper(enclosure.radius)))
+    return min(baseline, nonnegative_norm2_upper(enclosure.magnitude()))
+
+
+GRAM_EIGH_MAX = 2048
+"""Gram matrices up to this size get LAPACK's eigenvalue estimate as the guess of the Cholesky check (2048: about
+0.8 s here); larger ones a power-iteration guess 0.2% above its estimate."""
 
 
 def gram_norm2_upper(C: np.ndarray) -> float:
@@ -392,7 +441,7 @@ def _gram_norm2_upper(C: np.ndarray) -> float:
         B = 0.5 * B + 0.5 * B.T
     if not np.all(np.isfinite(B)):
         return magnitude_norm
-    if B.shape[0] <= GRAM_EIGH_MAX:  # small: LAPACK's estimate as the guess, no 0.2% above it
+    if B.shape[0] <= GRAM_EIGH_MAX:  # LAPACK's estimate as the guess, no 0.2% above it
         top = -lambda_min_lower(-B)
         error = up(2.0 * gamma(n) * up(magnitude_norm * magnitude_norm))
         return min(float(up(np.sqrt(up(max(top, 0.0) + error)) * (1 + 4 * U))), magnitude_norm)
@@ -494,9 +543,14 @@ def taylor_bound(weights: AttentionWeights, N: int, norm: str = "2", domain: Dom
     seeds = resolve_seeds(seeds, N, D, nw.kind)
     check_memory(N, D, seeds=seeds)
     steps = max_steps if seeds == "slopes" and time_budget is not None else 1
+    product_rule, deadline, at_centre = None, None, None
+    if time_budget is not None:
+        product_rule, deadline, at_centre = _fit_budget(X0, nw, norm, seeds, exact_diagonal, steps, time_budget,
+                                                        start)
     passes_budget = None if time_budget is None else REFINEMENT_SHARE * time_budget - (time.perf_counter() - start)
     form = taylor_enclosure(box, X0, nw, seeds=seeds, exact_diagonal=exact_diagonal, max_steps=steps,
-                            time_budget=passes_budget)
+                            time_budget=passes_budget, product_rule=product_rule, deadline=deadline,
+                            at_centre=at_centre)
     centre = MatrixEnclosure.from_bounds(*_matrix(form.at_centre))
     if norm == "2":
         c_norm = centre_norm2_upper(centre.center)
@@ -519,19 +573,66 @@ def taylor_bound(weights: AttentionWeights, N: int, norm: str = "2", domain: Dom
     )
 
 
+def _fit_budget(X0: np.ndarray, w: _Weights, norm: str, seeds: str, exact_diagonal: bool | None, steps: int,
+                time_budget: float, start: float) -> tuple[bool | None, float | None, Interval]:
+    """(product_rule, deadline, the enclosure of J(X0)) for `taylor_bound` within time_budget seconds of `start`.
+
+    A pass predicted at over twice the budget at the reference speed is refused at once. Otherwise the enclosure of
+    J at the centre (needed anyway) runs first and calibrates `predicted_seconds` to this machine as it is now (its
+    measured time over its reference time, at least 1/4); then the product rule of the slopes is
+    dropped when the pass does not fit with it, and `BudgetExceeded` is raised when it does not fit without it
+    either. The deadline (slopes only) leaves the predicted rest after the pass."""
+    N, D = X0.shape
+    units = w.H * (N * D) ** 2
+    if steps > 1:  # `integral_slopes`: the separable diagonal unless asked for the exact one
+        exact = bool(exact_diagonal)
+    else:
+        exact = N * D**3 <= EXACT_DIAGONAL_MAX if exact_diagonal is None else exact_diagonal
+    exact = exact and seeds == "slopes"
+    least = sum(predicted_seconds(N, D, w.H, norm, seeds, exact, False))
+    if ENCLOSURE_SECONDS * units > time_budget or least > 2 * time_budget:  # not worth calibrating
+        raise BudgetExceeded(
+            f"taylor: the pass needs about {least:.0f} s at this machine's reference speed > the time budget "
+            f"{time_budget:.0f} s (raise time_budget to {1.2 * least:.0f} or more)")
+    began = time.perf_counter()
+    at_centre = jacobian_enclosure(Interval(X0, X0), w)
+    speed = max((time.perf_counter() - began) / (ENCLOSURE_SECONDS * units), 0.25)
+    product_rule = seeds == "slopes" and N**3 * D**2 <= PRODUCT_RULE_MAX
+
+    def predicted() -> tuple[float, float]:
+        first, rest = predicted_seconds(N, D, w.H, norm, seeds, exact, product_rule)
+        return speed * first, speed * (rest - ENCLOSURE_SECONDS * units)  # the centre's enclosure is done
+
+    first, rest = predicted()
+    left = time_budget - (time.perf_counter() - start)
+    if product_rule and first + rest > left:
+        product_rule = False
+        first, rest = predicted()
+    if first + rest > left:
+        raise BudgetExceeded(
+            f"taylor: the pass needs about {first + rest:.0f} s more on this machine now (remainder {first:.0f} s, "
+            f"norms {rest:.0f} s; {time.perf_counter() - start:.1f} s spent) > the time budget {time_budget:.0f} s "
+            f"(raise time_budget to {1.2 * (time_budget - left + first + rest):.0f} or more)")
+    deadline = start + time_budget - rest if seeds == "slopes" else None
+    return (product_rule if seeds == "slopes" else None), deadline, at_centre
+
+
 def attained_at(X0: torch.Tensor, weights: AttentionWeights, norm: str, iterations: int = 50) -> float:
-    """||J(X0)||_norm (float64), or for the 2-norm above DENSE_NORM_MAX rows ||J v|| after power iteration (a value
-    attained at X0, <= ||J(X0)||_2, without the dense SVD)."""
+    """||J(X0)||_norm (float64), or for the 2-norm above 512 rows ||J v|| / ||v|| with v the top eigenvector of J^T J
+    (up to GRAM_EIGH_MAX rows) or from power iteration (a value attained at X0, <= ||J(X0)||_2, without the SVD)."""
     J = jacobian(X0[None], weights)
     n = X0.numel()
-    if norm == "inf" or n <= DENSE_NORM_MAX:
+    if norm == "inf" or n <= 512:
         return float(jacobian_norm(J, norm)[0])
     M = J.reshape(n, n)
-    v = torch.ones(n, dtype=M.dtype)
-    for _ in range(iterations):
-        v = M.T @ (M @ v)
-        v = v / v.norm()
-    return float((M @ v).norm())
+    if n <= GRAM_EIGH_MAX:  # the top eigenvector of M^T M (a symmetric eigenvalue problem, not the SVD)
+        v = torch.linalg.eigh(M.T @ M).eigenvectors[:, -1]
+    else:
+        v = torch.ones(n, dtype=M.dtype)
+        for _ in range(iterations):
+            v = M.T @ (M @ v)
+            v = v / v.norm()
+    return float((M @ v).norm() / v.norm())
 
 
 def _collapse(x: Dual, h: Interval) -> Interval:

@@ -1,0 +1,114 @@
+"""The Taylor method's time budget (issue 15, item 6): predicted before the pass, checked after each head of the
+slopes, and the streamed form in its place when it cannot fit (certify/bounds/local/_taylor.py `_fit_budget`,
+certify/_certify.py). No test times anything: the predictions are forced by their constants or a past deadline."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import torch
+from problems import random_weights
+
+import certify
+from certify._domain import EpsBall
+from certify._errors import BudgetExceeded
+from certify.bounds.local import _taylor
+from certify.bounds.local._domain import initial_box
+from certify.bounds.local._enclosure import numpy_weights
+from certify.bounds.local._slopes import dp_slopes
+from certify.jacobian import jacobian, jacobian_norm
+
+F64 = torch.float64
+
+
+def _layer_and_centre(N: int = 6, D: int = 4, H: int = 2):
+    weights = random_weights("dp", H, D // H, scale=1.0, seed=1, bias=True)
+    X0 = torch.randn(N, weights.D, generator=torch.Generator().manual_seed(3), dtype=F64)
+    return weights, X0
+
+
+def test_a_pass_predicted_past_the_budget_is_refused_before_it_starts(monkeypatch):
+    weights, X0 = _layer_and_centre()
+    monkeypatch.setattr(_taylor, "SLOPES_SECONDS", 1.0)  # every unit of work a second: far past any budget
+    began = time.perf_counter()
+    with pytest.raises(BudgetExceeded, match="raise time_budget"):
+        _taylor.taylor_bound(weights, 6, "inf", EpsBall(X0, 1e-2, "inf"), seeds="slopes", time_budget=5.0)
+    assert time.perf_counter() - began < 5.0  # refused from the prediction, not after running out the budget
+    # without a budget nothing is predicted, and the bound is the one the budget would have refused
+    cert = _taylor.taylor_bound(weights, 6, "inf", EpsBall(X0, 1e-2, "inf"), seeds="slopes")
+    assert cert.certified and cert.value >= float(jacobian_norm(jacobian(X0[None], weights), "inf")[0])
+
+
+def test_the_product_rule_is_dropped_before_the_pass_is_refused(monkeypatch):
+    """A prediction that fits only without the product rule runs without it (and still bounds the attained)."""
+    weights, X0 = _layer_and_centre()
+    N, D, H = 6, weights.D, weights.H
+    first, rest = _taylor.predicted_seconds(N, D, H, "inf", "slopes", False, False)
+    # scale the product rule's cost so that with it the pass needs 100 s, without it the unchanged few ms
+    monkeypatch.setattr(_taylor, "PRODUCT_RULE_SECONDS", 100.0 / (H * N**3 * D**2))
+    used = []
+    original = _taylor.taylor_enclosure
+
+    def spy(*args, **kwargs):
+        used.append(kwargs.get("product_rule"))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(_taylor, "taylor_enclosure", spy)
+    cert = _taylor.taylor_bound(weights, N, "inf", EpsBall(X0, 1e-2, "inf"), seeds="slopes", time_budget=10.0)
+    assert used == [False] and first + rest < 10.0
+    assert cert.value >= float(jacobian_norm(jacobian(X0[None], weights), "inf")[0])
+
+
+def test_the_slopes_stop_after_a_head_when_the_rest_would_pass_the_deadline():
+    weights, X0 = _layer_and_centre(H=2)
+    nw = numpy_weights(weights.to(F64, "cpu"))
+    box = initial_box(EpsBall(X0, 1e-2, "inf"), 6, weights.D)
+    centre = X0.numpy()
+    with pytest.raises(BudgetExceeded, match="1 of 2 heads"):
+        dp_slopes(box, centre, nw, deadline=time.perf_counter())
+    # a deadline far away changes nothing
+    assert np.array_equal(dp_slopes(box, centre, nw, deadline=time.perf_counter() + 1e6), dp_slopes(box, centre, nw))
+    # one head: nothing left to extrapolate, so a past deadline cannot stop it
+    single, X1 = _layer_and_centre(D=2, H=1)
+    nw1 = numpy_weights(single.to(F64, "cpu"))
+    dp_slopes(initial_box(EpsBall(X1, 1e-2, "inf"), 6, 2), X1.numpy(), nw1, deadline=time.perf_counter() - 1.0)
+
+
+def test_certify_layer_runs_the_streamed_form_where_taylor_cannot_fit(monkeypatch):
+    """Default methods on a DP eps-ball: taylor refused for time is reported, and the streamed form certifies in its
+    place, above the value attained at the centre; named alone, taylor raises."""
+    weights, X0 = _layer_and_centre()
+    monkeypatch.setattr(_taylor, "ENCLOSURE_SECONDS", 1.0)  # any seeds: every pass encloses J
+    report = certify.certify_layer(weights, center=X0, eps=1e-3, norm="inf", lower=False, time_budget=5.0,
+                                   methods=["castin", "taylor"])
+    methods = [c.method for c in report.certificates]
+    assert methods == ["castin", "streamed"]
+    assert any(line.startswith("taylor: the pass needs about") for line in report.skipped)
+    assert any(line.startswith("taylor: streamed ran instead") for line in report.skipped)
+    exact = float(jacobian_norm(jacobian(X0[None], weights), "inf")[0])
+    assert report.certificates[1].certified and exact <= report.certificates[1].value
+    with pytest.raises(BudgetExceeded):
+        certify.certify_layer(weights, center=X0, eps=1e-3, norm="inf", lower=False, time_budget=5.0,
+                              methods="taylor")
+
+
+def test_the_prediction_grows_with_every_option():
+    """The options the budget may drop cost something in the prediction, and the 2-norm's eigenvalue problems
+    count only up to DENSE_NORM_MAX."""
+    base = _taylor.predicted_seconds(17, 48, 3, "inf", "slopes")
+    assert _taylor.predicted_seconds(17, 48, 3, "inf", "slopes", exact_diagonal=True)[0] > base[0]
+    assert _taylor.predicted_seconds(17, 48, 3, "inf", "slopes", product_rule=True)[0] > base[0]
+    assert _taylor.predicted_seconds(17, 48, 3, "2", "slopes")[1] > base[1]
+    large = _taylor.predicted_seconds(64, 64, 4, "2", "slopes")[1]
+    assert large == _taylor.predicted_seconds(64, 64, 4, "inf", "slopes")[1]
+
+
+def test_the_prediction_is_calibrated_by_the_centre_enclosure(monkeypatch):
+    """A machine far slower than the reference (here: a reference enclosure time of 1e-15 s per unit, so the
+    measured one is about 1e9 times it) is refused after the centre's enclosure, by the calibrated prediction."""
+    weights, X0 = _layer_and_centre()
+    monkeypatch.setattr(_taylor, "ENCLOSURE_SECONDS", 1e-15)
+    with pytest.raises(BudgetExceeded, match="more on this machine now"):
+        _taylor.taylor_bound(weights, 6, "inf", EpsBall(X0, 1e-2, "inf"), seeds="slopes", time_budget=5.0)
