@@ -112,3 +112,24 @@ def test_the_prediction_is_calibrated_by_the_centre_enclosure(monkeypatch):
     monkeypatch.setattr(_taylor, "ENCLOSURE_SECONDS", 1e-15)
     with pytest.raises(BudgetExceeded, match="more on this machine now"):
         _taylor.taylor_bound(weights, 6, "inf", EpsBall(X0, 1e-2, "inf"), seeds="slopes", time_budget=5.0)
+
+
+def test_the_refinement_pass_is_dropped_before_the_pass_is_refused(monkeypatch):
+    """At the reference speed (the calibration pinned to 1), a pass that fits only as one slope pass runs as one,
+    says so, and still bounds the attained value; the two-pass bound it replaces is at most 10% tighter here."""
+    weights, X0 = _layer_and_centre()
+    N, D, H = 6, weights.D, weights.H
+    original = _taylor._centre_and_speed
+    monkeypatch.setattr(_taylor, "_centre_and_speed", lambda X, w: (original(X, w)[0], 1.0))
+    units = H * (N * D) ** 2
+    # two passes: 10 s; one pass: 6.5 s; the budget 9 s
+    monkeypatch.setattr(_taylor, "SLOPES_SECONDS", 10.0 / units)
+    monkeypatch.setattr(_taylor, "PRODUCT_RULE_SECONDS", 0.0)
+    domain = EpsBall(X0, 1e-2, "inf")
+    cert = _taylor.taylor_bound(weights, N, "inf", domain, seeds="slopes", time_budget=9.0, max_steps=1)
+    assert cert.details["slope_passes"] == 1
+    exact = float(jacobian_norm(jacobian(X0[None], weights), "inf")[0])
+    two = _taylor.taylor_bound(weights, N, "inf", domain, seeds="slopes", max_steps=1)
+    assert exact <= two.value <= cert.value <= 1.1 * two.value
+    with pytest.raises(BudgetExceeded):  # not even one pass fits
+        _taylor.taylor_bound(weights, N, "inf", domain, seeds="slopes", time_budget=6.0, max_steps=1)

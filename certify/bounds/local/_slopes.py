@@ -312,7 +312,7 @@ def _reweighted(box: Interval, sub: Interval, centre: np.ndarray) -> float:
 
 def integral_slopes(box: Interval, centre: np.ndarray, w: _Weights, *, max_steps: int = 16,
                     time_budget: float | None = None, exact_diagonal: bool = False,
-                    product_rule: bool | None = None, deadline: float | None = None,
+                    product_rule: bool | None = None, deadline: float | None = None, passes: int = 2,
                     clock: Callable[[], float] = time.perf_counter) -> tuple[np.ndarray, int]:
     """(S, K): S >= |J(X) - J(X0)| entrywise for every X in the box, from `dp_slopes` on K nested boxes.
 
@@ -326,12 +326,12 @@ def integral_slopes(box: Interval, centre: np.ndarray, w: _Weights, *, max_steps
     itself. The slopes grow with the box (the softmax moves), so the average over nested boxes is below the slope
     of the whole box: on a trained D = 48 layer at eps = 1e-2 the inf-norm bound drops from 77.0 (K = 1) to 68.5
     (K = 8), at eps = 3e-2 from 627 to 301. K grows as in `average_over_nested_boxes`. `deadline` applies to the
-    first pass (`dp_slopes`); the later ones are timed by `average_over_nested_boxes`.
+    first pass (`dp_slopes`); the later ones are timed by `average_over_nested_boxes`. `passes` as in `dp_slopes`.
     """
     def weighted_slope(t: float) -> list[np.ndarray]:
         sub = box if t == 1.0 else nested_box(box, centre, t)
         S = dp_slopes(sub, centre, w, exact_diagonal=exact_diagonal, product_rule=product_rule,
-                      deadline=deadline if t == 1.0 else None)
+                      deadline=deadline if t == 1.0 else None, passes=passes)
         return [_mul(np.full(1, _reweighted(box, sub, centre)), S)]
 
     (S,), steps = average_over_nested_boxes(weighted_slope, max_steps, time_budget, clock)

@@ -77,6 +77,9 @@ time of the centre's enclosure) per H N^2 D^2 for one `dp_slopes` pass with its 
 diagonal. Fitted with the next ones to the unbudgeted taylor passes of benchmarks/budgets.py: predicted / measured
 1.17-1.3 from (D, H, N) = (48, 3, 17) to (128, 4, 16), 0.6 at (64, 4, 64), where the centre's enclosure is slower
 by the same factor 1.4, so that the calibrated prediction is about 0.85 (`dp_slopes`' deadline covers the rest)."""
+ONE_PASS_SHARE = 0.65
+"""`dp_slopes` with passes=1 (no refinement of P, v~ and A by their mean-value forms) over passes=2: measured
+0.56-0.89 here, for slopes 5% larger (a fresh layer, eps = 1e-2, from (D, H, N) = (48, 3, 17) to (128, 4, 16))."""
 EXACT_DIAGONAL_SECONDS = 1e-7
 """Added per H N^2 D^3 by the exact diagonal slope."""
 PRODUCT_RULE_SECONDS = 2e-8
@@ -91,18 +94,19 @@ DENSE_NORM_MAX; about 2 s at N D = 2048)."""
 
 
 def predicted_seconds(N: int, D: int, H: int, norm: str, seeds: str, exact_diagonal: bool = False,
-                      product_rule: bool = False) -> tuple[float, float]:
+                      product_rule: bool = False, passes: int = 2) -> tuple[float, float]:
     """(remainder pass, the rest): reference seconds of `taylor_bound` (module constants), before any nested box.
 
-    The remainder pass: `dp_slopes` for seeds "slopes", about four enclosures of J for "directional" (one forward
-    pass with a tangent), N D / 8 for "coordinates" (chunks of 16 tangents); the rest: the enclosure of J at the
-    centre, the direct enclosure over the box (N D <= DENSE_NORM_MAX), the matrix norm bounds, and for the 2-norm
-    with N D <= DENSE_NORM_MAX the dense eigenvalue problems. A prediction, not a promise: `dp_slopes` also checks
+    The remainder pass: `dp_slopes` with `passes` for seeds "slopes", about four enclosures of J for "directional"
+    (one forward pass with a tangent), N D / 8 for "coordinates" (chunks of 16 tangents); the rest: the enclosure
+    of J at the centre, the direct enclosure over the box (N D <= DENSE_NORM_MAX), the matrix norm bounds, and for
+    the 2-norm with N D <= DENSE_NORM_MAX the dense eigenvalue problems. A prediction, not a promise: `dp_slopes` also checks
     its deadline after each head."""
     units, n = H * (N * D) ** 2, N * D
     enclosure = ENCLOSURE_SECONDS * units
     if seeds == "slopes":
-        first = (SLOPES_SECONDS * units + (EXACT_DIAGONAL_SECONDS * H * N**2 * D**3 if exact_diagonal else 0.0)
+        first = (SLOPES_SECONDS * units * (1.0 if passes > 1 else ONE_PASS_SHARE)
+                 + (EXACT_DIAGONAL_SECONDS * H * N**2 * D**3 if exact_diagonal else 0.0)
                  + (PRODUCT_RULE_SECONDS * H * N**3 * D**2 if product_rule else 0.0))
     elif seeds == "directional":
         first = 4 * enclosure
@@ -275,7 +279,8 @@ def direction_remainder_times(box: Interval, w: _Weights, directions: Interval, 
 def taylor_enclosure(box: Interval, centre: np.ndarray, w: _Weights, *, seeds: str = "directional",
                      chunk: int = 16, remainder_scale: float = 1.0, exact_diagonal: bool | None = None,
                      max_steps: int = 1, time_budget: float | None = None, product_rule: bool | None = None,
-                     deadline: float | None = None, at_centre: Interval | None = None) -> TaylorEnclosure:
+                     deadline: float | None = None, at_centre: Interval | None = None,
+                     passes: int = 2) -> TaylorEnclosure:
     """The Taylor form of J over boxes (..., N, D) about points `centre` (..., N, D) inside them.
 
     seeds: "directional" (one tangent holding the interval direction B - X0: cost about 3 enclosures of J) or
@@ -286,8 +291,8 @@ def taylor_enclosure(box: Interval, centre: np.ndarray, w: _Weights, *, seeds: s
     coordinate slopes of J bounded from its building blocks, `_slopes.dp_slopes`: N^2 D^3 work per head, within
     1.5x of the exact entrywise slope on trained layers; with max_steps > 1, `_slopes.integral_slopes`: the slopes
     averaged over up to max_steps nested boxes, as many as fit in time_budget seconds, each with the separable
-    diagonal unless exact_diagonal is True; product_rule and deadline as in `_slopes.dp_slopes`, the deadline on the
-    first pass only). `at_centre`: the enclosure of J at the centre, if already computed. `remainder_scale` < 1
+    diagonal unless exact_diagonal is True; product_rule, passes and deadline as in `_slopes.dp_slopes`, the deadline
+    on the first pass only). `at_centre`: the enclosure of J at the centre, if already computed. `remainder_scale` < 1
     deliberately shrinks T (for tests that must catch a too-small remainder); it is never used by a certified
     bound.
     """
@@ -314,12 +319,13 @@ def taylor_enclosure(box: Interval, centre: np.ndarray, w: _Weights, *, seeds: s
         if max_steps > 1:
             parts = [integral_slopes(Interval(flat_lo[b], flat_hi[b]), flat_centre[b], w, max_steps=max_steps,
                                      time_budget=time_budget, exact_diagonal=bool(exact_diagonal),
-                                     product_rule=product_rule, deadline=deadline)
+                                     product_rule=product_rule, deadline=deadline, passes=passes)
                      for b in range(batch)]
             S, steps = np.stack([part[0] for part in parts]), min(part[1] for part in parts)
         else:
             S = np.stack([dp_slopes(Interval(flat_lo[b], flat_hi[b]), flat_centre[b], w,
-                                    exact_diagonal=exact_diagonal, product_rule=product_rule, deadline=deadline)
+                                    exact_diagonal=exact_diagonal, product_rule=product_rule, deadline=deadline,
+                                    passes=passes)
                           for b in range(batch)])
         S = S.reshape(*box.shape[:-2], N, D, N, D)
         if N * D <= DENSE_NORM_MAX:
@@ -543,14 +549,14 @@ def taylor_bound(weights: AttentionWeights, N: int, norm: str = "2", domain: Dom
     seeds = resolve_seeds(seeds, N, D, nw.kind)
     check_memory(N, D, seeds=seeds)
     steps = max_steps if seeds == "slopes" and time_budget is not None else 1
-    product_rule, deadline, at_centre = None, None, None
+    product_rule, passes, deadline, at_centre = None, 2, None, None
     if time_budget is not None:
-        product_rule, deadline, at_centre = _fit_budget(X0, nw, norm, seeds, exact_diagonal, steps, time_budget,
-                                                        start)
+        product_rule, passes, deadline, at_centre = _fit_budget(X0, nw, norm, seeds, exact_diagonal, steps,
+                                                                time_budget, start)
     passes_budget = None if time_budget is None else REFINEMENT_SHARE * time_budget - (time.perf_counter() - start)
     form = taylor_enclosure(box, X0, nw, seeds=seeds, exact_diagonal=exact_diagonal, max_steps=steps,
                             time_budget=passes_budget, product_rule=product_rule, deadline=deadline,
-                            at_centre=at_centre)
+                            at_centre=at_centre, passes=passes)
     centre = MatrixEnclosure.from_bounds(*_matrix(form.at_centre))
     if norm == "2":
         c_norm = centre_norm2_upper(centre.center)
@@ -568,20 +574,30 @@ def taylor_bound(weights: AttentionWeights, N: int, norm: str = "2", domain: Dom
                  + (f"(slopes averaged over {form.steps} nested boxes; " if form.steps > 1 else "(")
                  + f"proofs/taylor_remainder.py); upper / ||J(X0)|| = {ratio:.4f}"),
         details={"lower": lower, "witness": X0.tolist(), "ratio": ratio, "at_centre": at_centre,
-                 "remainder": value - at_centre, "seeds": seeds, "steps": form.steps,
+                 "remainder": value - at_centre, "seeds": seeds, "steps": form.steps, "slope_passes": passes if seeds == "slopes" else None,
                  "memory_estimate": memory_estimate(N, D, seeds=seeds)},
     )
 
 
+def _centre_and_speed(X0: np.ndarray, w: _Weights) -> tuple[Interval, float]:
+    """The enclosure of J(X0), and its measured time over its reference time (`ENCLOSURE_SECONDS`), at least 1/4:
+    how much slower than the reference this machine runs now."""
+    N, D = X0.shape
+    began = time.perf_counter()
+    at_centre = jacobian_enclosure(Interval(X0, X0), w)
+    return at_centre, max((time.perf_counter() - began) / (ENCLOSURE_SECONDS * w.H * (N * D) ** 2), 0.25)
+
+
 def _fit_budget(X0: np.ndarray, w: _Weights, norm: str, seeds: str, exact_diagonal: bool | None, steps: int,
-                time_budget: float, start: float) -> tuple[bool | None, float | None, Interval]:
-    """(product_rule, deadline, the enclosure of J(X0)) for `taylor_bound` within time_budget seconds of `start`.
+                time_budget: float, start: float) -> tuple[bool | None, int, float | None, Interval]:
+    """(product_rule, passes, deadline, the enclosure of J(X0)) for `taylor_bound` within time_budget seconds of
+    `start`.
 
     A pass predicted at over twice the budget at the reference speed is refused at once. Otherwise the enclosure of
     J at the centre (needed anyway) runs first and calibrates `predicted_seconds` to this machine as it is now (its
-    measured time over its reference time, at least 1/4); then the product rule of the slopes is
-    dropped when the pass does not fit with it, and `BudgetExceeded` is raised when it does not fit without it
-    either. The deadline (slopes only) leaves the predicted rest after the pass."""
+    measured time over its reference time, at least 1/4); then the product rule of the slopes, and next their
+    refinement pass, are dropped while the pass does not fit, and `BudgetExceeded` is raised when it does not fit
+    without both. The deadline (slopes only) leaves the predicted rest after the pass."""
     N, D = X0.shape
     units = w.H * (N * D) ** 2
     if steps > 1:  # `integral_slopes`: the separable diagonal unless asked for the exact one
@@ -589,18 +605,16 @@ def _fit_budget(X0: np.ndarray, w: _Weights, norm: str, seeds: str, exact_diagon
     else:
         exact = N * D**3 <= EXACT_DIAGONAL_MAX if exact_diagonal is None else exact_diagonal
     exact = exact and seeds == "slopes"
-    least = sum(predicted_seconds(N, D, w.H, norm, seeds, exact, False))
+    least = sum(predicted_seconds(N, D, w.H, norm, seeds, exact, False, 1))
     if ENCLOSURE_SECONDS * units > time_budget or least > 2 * time_budget:  # not worth calibrating
         raise BudgetExceeded(
             f"taylor: the pass needs about {least:.0f} s at this machine's reference speed > the time budget "
             f"{time_budget:.0f} s (raise time_budget to {1.2 * least:.0f} or more)")
-    began = time.perf_counter()
-    at_centre = jacobian_enclosure(Interval(X0, X0), w)
-    speed = max((time.perf_counter() - began) / (ENCLOSURE_SECONDS * units), 0.25)
-    product_rule = seeds == "slopes" and N**3 * D**2 <= PRODUCT_RULE_MAX
+    at_centre, speed = _centre_and_speed(X0, w)
+    product_rule, passes = seeds == "slopes" and N**3 * D**2 <= PRODUCT_RULE_MAX, 2
 
     def predicted() -> tuple[float, float]:
-        first, rest = predicted_seconds(N, D, w.H, norm, seeds, exact, product_rule)
+        first, rest = predicted_seconds(N, D, w.H, norm, seeds, exact, product_rule, passes)
         return speed * first, speed * (rest - ENCLOSURE_SECONDS * units)  # the centre's enclosure is done
 
     first, rest = predicted()
@@ -608,13 +622,16 @@ def _fit_budget(X0: np.ndarray, w: _Weights, norm: str, seeds: str, exact_diagon
     if product_rule and first + rest > left:
         product_rule = False
         first, rest = predicted()
+    if seeds == "slopes" and first + rest > left:
+        passes = 1
+        first, rest = predicted()
     if first + rest > left:
         raise BudgetExceeded(
             f"taylor: the pass needs about {first + rest:.0f} s more on this machine now (remainder {first:.0f} s, "
             f"norms {rest:.0f} s; {time.perf_counter() - start:.1f} s spent) > the time budget {time_budget:.0f} s "
             f"(raise time_budget to {1.2 * (time_budget - left + first + rest):.0f} or more)")
     deadline = start + time_budget - rest if seeds == "slopes" else None
-    return (product_rule if seeds == "slopes" else None), deadline, at_centre
+    return (product_rule if seeds == "slopes" else None), passes, deadline, at_centre
 
 
 def attained_at(X0: torch.Tensor, weights: AttentionWeights, norm: str, iterations: int = 50) -> float:
