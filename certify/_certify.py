@@ -51,10 +51,11 @@ class Report:
         return upper.value / lower.value
 
     def to_json(self) -> dict[str, Any]:
-        """README's schema: layer, tokens, norm, domain, results (method, kind, scope, value, certified, seconds)."""
+        """README's schema: layer, tokens, norm, domain, results (method, kind, scope, value, certified, seconds),
+        ratio, skipped (the methods left out or refused, and why)."""
         return {
             "layer": self.layer, "tokens": self.tokens, "norm": self.norm, "domain": self.domain,
-            "results": [c.as_row() for c in self.certificates], "ratio": self.ratio,
+            "results": [c.as_row() for c in self.certificates], "ratio": self.ratio, "skipped": list(self.skipped),
         }
 
 

@@ -89,6 +89,7 @@ def test_certify_layer_runs_the_streamed_form_where_taylor_cannot_fit(monkeypatc
     assert any(line.startswith("taylor: streamed ran instead") for line in report.skipped)
     exact = float(jacobian_norm(jacobian(X0[None], weights), "inf")[0])
     assert report.certificates[1].certified and exact <= report.certificates[1].value
+    assert report.to_json()["skipped"] == list(report.skipped)  # --json keeps why taylor did not answer
     with pytest.raises(BudgetExceeded):
         certify.certify_layer(weights, center=X0, eps=1e-3, norm="inf", lower=False, time_budget=5.0,
                               methods="taylor")

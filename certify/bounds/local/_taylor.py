@@ -613,8 +613,8 @@ def _fit_budget(X0: np.ndarray, w: _Weights, norm: str, seeds: str, exact_diagon
     least = sum(predicted_seconds(N, D, w.H, norm, seeds, exact, False, 1))
     if ENCLOSURE_SECONDS * units > time_budget or least > 2 * time_budget:  # not worth calibrating
         raise BudgetExceeded(
-            f"taylor: the pass needs about {least:.0f} s at this machine's reference speed > the time budget "
-            f"{time_budget:.0f} s (raise time_budget to {1.2 * least:.0f} or more)")
+            f"taylor: the pass needs about {least:.0f} s at this machine's reference speed (up to twice that on a "
+            f"large layer) > the time budget {time_budget:.0f} s (raise time_budget well above it)")
     at_centre, speed = _centre_and_speed(X0, w)
     product_rule, passes = seeds == "slopes" and N**3 * D**2 <= PRODUCT_RULE_MAX, 2
 
