@@ -9,7 +9,9 @@ Table 1, kernels (median milliseconds over --repeat, same arrays for both column
 - a sum over the k axis of (B, N, N, N, L), as in sum_k P_ik D_jk: the numpy form (sums of both ends and of their
   absolute values, then rounding) vs ``isum`` (one compiled pass);
 - the linear forms S_ijk = y_j + y_k - 2 y_i of the gaps: elementwise products and ``isum`` (baseline) vs
-  ``linear_combination`` (matrix products).
+  ``linear_combination`` (matrix products);
+- the magnitude max(|lo|, |hi|) (the local slopes take dozens of them per head): two ``np.abs`` and
+  ``np.maximum`` (baseline) vs ``Interval.mag`` (one compiled pass).
 
 Table 2, whole box evaluation (``box_bounds`` on random N = 6 cubes of half-width 0.1 with gaps in [0.1, 1.7], the
 region the N = 6 branch and bound spends its time in), each in a fresh process: glibc's default allocator settings
@@ -105,6 +107,7 @@ def kernels(repeat: int) -> list[dict]:
         ("product with a factor >= 0", lambda: _numpy_product(a, nonnegative), lambda: a * nonnegative),
         ("product, general", lambda: _numpy_four_corners(a, a), lambda: a * a),
         ("sum over the k axis", lambda: _numpy_sum(a, 3), lambda: iv.isum(a, axis=3)),
+        ("magnitude max(|lo|, |hi|)", lambda: np.maximum(np.abs(a.lo), np.abs(a.hi)), lambda: a.mag),
         ("linear forms S_ijk (B = 256)",
          lambda: iv.isum(theta.reshape(B, 1, 1, 1, 1, L) * coef[None], axis=-1),
          lambda: iv.linear_combination(theta, coef)),

@@ -311,3 +311,18 @@ def test_interval_einsum_keeps_an_underflowing_product_above_zero():
     tiny = iv.Interval.point(np.full((2,), 1e-200))
     result = interval_einsum("i,i->", tiny, tiny)
     assert result.lo <= 0 < result.hi
+
+
+@settings(max_examples=50)
+@given(st.lists(st.tuples(st.floats(allow_nan=True, allow_infinity=True),
+                          st.floats(allow_nan=True, allow_infinity=True)), min_size=1, max_size=40))
+def test_the_compiled_magnitude_is_numpys_exactly(pairs):
+    """Interval.mag (one compiled pass) is max(|lo|, |hi|) bit for bit, nan where an end is nan, with no warning."""
+    import warnings
+
+    lo = np.array([min(a, b) if a == a and b == b else a for a, b in pairs])
+    hi = np.array([max(a, b) if a == a and b == b else b for a, b in pairs])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ours = iv.Interval(lo, hi).mag
+    assert np.array_equal(ours, np.maximum(np.abs(lo), np.abs(hi)), equal_nan=True)

@@ -104,6 +104,16 @@ with _cache_lock():
     def round_up_kernel(x):
         return _up(x)
 
+    @numba.vectorize(["float64(float64, float64)"], cache=True)
+    def mag_kernel(lo, hi):
+        # max(|lo|, |hi|), exact; nan if either end is nan (as np.maximum). A vectorised loop may still compare
+        # nan lanes and raise the invalid-operation flag: `Interval.mag` silences that warning
+        if math.isnan(lo) or math.isnan(hi):
+            return math.nan
+        a = abs(lo)
+        b = abs(hi)
+        return a if a > b else b
+
     @numba.guvectorize(["void(f8, f8, f8, f8, f8[:], f8[:])"], "(),(),(),()->(),()", cache=True)
     def add_kernel(a_lo, a_hi, b_lo, b_hi, lo, hi):
         lo[0] = _down(a_lo + b_lo)
