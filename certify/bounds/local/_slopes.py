@@ -155,10 +155,13 @@ def _slopes(P: Interval, k_tilde: Interval, v_tilde: Interval, b: Interval, A: I
     second = _weighted(coupling, hb[:, None, :], (2,))
     S_P = _mul(np.full((N, N), s), P.mag, _add(first, second))
     # S_v[i, l, F] = sum_t sum_r h_tr |U_it[r, F] + delta_lt WVO[r, F]|,
-    # U_it = -P_it WVO - sigma (delta_it A_i + b_i[r] P_it v~_it[F])
-    U = -(P.expand(-1).expand(-1) * WVO.expand(0).expand(0)) - (
-        eye.expand(-1).expand(-1) * A.expand(1) + b.expand(1).expand(-1) * (P.expand(-1) * v_tilde).expand(2)
-    ) * sigma
+    # U_it = -P_it WVO - sigma (delta_it A_i + b_i[r] P_it v~_it[F]) = -P_it G_it - delta_it sigma A_i with
+    # G_it[r, F] = WVO[r, F] + sigma b_i[r] v~_it[F]: P_it enclosed once as a factor (tighter, and fewer products)
+    G = WVO.expand(0).expand(0) + b.expand(1).expand(-1) * v_tilde.expand(2) * sigma  # [i, t, r, F]
+    U = -(P.expand(-1).expand(-1) * G)
+    index = np.arange(N)
+    own = U[index, index] - A * sigma  # t = i
+    U.lo[index, index], U.hi[index, index] = own.lo, own.hi
     total = _weighted(h[None, :, :, None], U.mag, (1, 2))  # [i, F]
     # the t = l term is |U_il + WVO| instead of |U_il|: add the (nonnegative part of the) difference
     plus = _mul(h[None, :, :, None], (U + WVO.expand(0).expand(0)).mag)
