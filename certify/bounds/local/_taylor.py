@@ -64,7 +64,7 @@ tracemalloc measurements at D = 64, 128 and 256, N = 17 (153-164 B)."""
 
 DENSE_NORM_MAX = 2048
 """Above this N D the direct enclosure of J over the box is skipped (memory), and the 2-norms of the centre
-(`centre_norm2_upper`) and of J(X0) (`attained_at`) take power-iteration guesses, not eigenvalue problems."""
+(`gram_norm2_upper`) and of J(X0) (`attained_at`) take power-iteration guesses, not eigenvalue problems."""
 
 
 REFINEMENT_SHARE = 0.6
@@ -393,26 +393,12 @@ def _scaled_norm2_upper(R: np.ndarray, iterations: int) -> float:
     return float(up(np.sqrt(ratio) * (1.0 + 4.0 * U)))
 
 
-def centre_norm2_upper(C: np.ndarray) -> float:
-    """A proven upper bound on ||C||_2 for a square float matrix, from the Gram matrix B = fl(C^T C), symmetrised:
-
-        ||C||_2^2 = lambda_max(C^T C) <= lambda_max(B) + ||C^T C - B||_2,   |C^T C - B| <= 2 gamma_n |C|^T |C|
-
-    (Higham 3.5, the factor 2 covering the symmetrising average), so ||C^T C - B||_2 <= 2 gamma_n || |C| ||_2^2, with
-    lambda_max(B) = -lambda_min(-B) bounded by `lambda_min_lower`'s Cholesky check at LAPACK's estimate (up to
-    GRAM_EIGH_MAX rows) or a power-iteration guess, and || |C| ||_2 by `nonnegative_norm2_upper`. Work: one Gram
-    product, one Cholesky (and one symmetric eigenvalue problem of size n up to GRAM_EIGH_MAX). Against the dense
-    eigenvalue problem of the dilation (2n x 2n, `norm2_upper`) at n = 2048: 0.8 s for 5.8 s, and 2e-10 above the
-    exact norm for 2e-9 (a random matrix)."""
-    return gram_norm2_upper(C)
-
-
 def interval_norm2_upper(enclosure: MatrixEnclosure) -> float:
     """A proven upper bound on max ||J||_2 over an interval matrix J_c +- R: min(||J_c||_2 + ||R||_2, || |J_c| + R ||_2)
-    (`certify.sdp`'s baseline and magnitude bounds) by `centre_norm2_upper` and `nonnegative_norm2_upper`, without
+    (`certify.sdp`'s baseline and magnitude bounds) by `gram_norm2_upper` and `nonnegative_norm2_upper`, without
     the dense eigenvalue problems of the dilation: at n = 2048 about 1.5 s where `baseline_bound` and
     `magnitude_bound` take about 17 s (three 4096 x 4096 eigenvalue problems)."""
-    baseline = float(up(centre_norm2_upper(enclosure.center) + nonnegative_norm2_upper(enclosure.radius)))
+    baseline = float(up(gram_norm2_upper(enclosure.center) + nonnegative_norm2_upper(enclosure.radius)))
     return min(baseline, nonnegative_norm2_upper(enclosure.magnitude()))
 
 
@@ -422,8 +408,17 @@ GRAM_EIGH_MAX = 2048
 
 
 def gram_norm2_upper(C: np.ndarray) -> float:
-    """A proven upper bound on ||C||_2 for any float matrix, from the Gram matrix of its shorter side (C^T C or
-    C C^T) as in `centre_norm2_upper`: cheap for a matrix with few rows or few columns."""
+    """A proven upper bound on ||C||_2 for any float matrix, from the Gram matrix B = fl(C^T C) of its shorter side
+    (C^T C or C C^T), symmetrised:
+
+        ||C||_2^2 = lambda_max(C^T C) <= lambda_max(B) + ||C^T C - B||_2,   |C^T C - B| <= 2 gamma_n |C|^T |C|
+
+    (Higham 3.5, the factor 2 covering the symmetrising average), so ||C^T C - B||_2 <= 2 gamma_n || |C| ||_2^2, with
+    lambda_max(B) = -lambda_min(-B) bounded by `lambda_min_lower`'s Cholesky check at LAPACK's estimate (up to
+    GRAM_EIGH_MAX rows) or a power-iteration guess, and || |C| ||_2 by `nonnegative_norm2_upper`. Work: one Gram
+    product, one Cholesky (and one symmetric eigenvalue problem up to GRAM_EIGH_MAX). Against the dense eigenvalue
+    problem of the dilation (2n x 2n, `norm2_upper`) at n = 2048: 0.8 s for 5.8 s, and 2e-10 above the exact norm
+    for 2e-9 (a random matrix)."""
     C = np.asarray(C, dtype=np.float64)
     if C.shape[1] > C.shape[0]:
         C = C.T
@@ -438,7 +433,7 @@ def gram_norm2_upper(C: np.ndarray) -> float:
 
 
 def _gram_norm2_upper(C: np.ndarray) -> float:
-    """`centre_norm2_upper`'s Gram-matrix bound for a matrix (m, n) with entries of magnitude below 1; the Gram
+    """`gram_norm2_upper`'s bound for a matrix (m, n) with entries of magnitude below 1; the Gram
     matrix C^T C is n x n, its entries sums of m products."""
     n = C.shape[0]
     magnitude_norm = nonnegative_norm2_upper(np.abs(C))
@@ -485,7 +480,7 @@ def taylor_norm_bound(form: TaylorEnclosure, norm: str, centre_value: float | No
         return inf_norm_bound(enclosure)
     centre = MatrixEnclosure.from_bounds(lo0, hi0)
     radius = round_up(centre.radius + np.maximum(np.abs(loT), np.abs(hiT)))
-    c_norm = centre_norm2_upper(centre.center) if centre_value is None else centre_value
+    c_norm = gram_norm2_upper(centre.center) if centre_value is None else centre_value
     value = float(up(c_norm + nonnegative_norm2_upper(radius)))
     if np.any(cut.lo > summed.lo) or np.any(cut.hi < summed.hi):  # the direct enclosure cut something
         value = min(value, nonnegative_norm2_upper(enclosure.magnitude()))
@@ -559,7 +554,7 @@ def taylor_bound(weights: AttentionWeights, N: int, norm: str = "2", domain: Dom
                             at_centre=at_centre, passes=passes)
     centre = MatrixEnclosure.from_bounds(*_matrix(form.at_centre))
     if norm == "2":
-        c_norm = centre_norm2_upper(centre.center)
+        c_norm = gram_norm2_upper(centre.center)
         at_centre = float(up(c_norm + nonnegative_norm2_upper(centre.radius)))
         value = taylor_norm_bound(form, norm, c_norm)
     else:
