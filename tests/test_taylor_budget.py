@@ -61,6 +61,19 @@ def test_the_product_rule_is_dropped_before_the_pass_is_refused(monkeypatch):
     assert cert.value >= float(jacobian_norm(jacobian(X0[None], weights), "inf")[0])
 
 
+def test_the_row_functionals_are_dropped_when_they_do_not_fit(monkeypatch):
+    """A row pass predicted at 100 s is skipped (row_steps 0, the entrywise row sums alone); within the budget it
+    runs, and the bound is never above the entrywise one."""
+    weights, X0 = _layer_and_centre()
+    N, D, H = 6, weights.D, weights.H
+    domain = EpsBall(X0, 1e-2, "inf")
+    with_rows = _taylor.taylor_bound(weights, N, "inf", domain, seeds="slopes", time_budget=10.0)
+    monkeypatch.setattr(_taylor, "ROW_FUNCTIONAL_SECONDS", 100.0 / (H * (N * D) ** 2))
+    without = _taylor.taylor_bound(weights, N, "inf", domain, seeds="slopes", time_budget=10.0)
+    assert with_rows.details["row_steps"] >= 1 and without.details["row_steps"] == 0
+    assert float(jacobian_norm(jacobian(X0[None], weights), "inf")[0]) <= with_rows.value <= without.value
+
+
 def test_the_slopes_stop_after_a_head_when_the_rest_would_pass_the_deadline():
     weights, X0 = _layer_and_centre(H=2)
     nw = numpy_weights(weights.to(F64, "cpu"))
@@ -96,14 +109,16 @@ def test_certify_layer_runs_the_streamed_form_where_taylor_cannot_fit(monkeypatc
 
 
 def test_the_prediction_grows_with_every_option():
-    """The options the budget may drop cost something in the prediction, and the 2-norm's eigenvalue problems
-    count only up to DENSE_NORM_MAX."""
+    """The options the budget may drop cost something in the prediction, the 2-norm's eigenvalue problems count
+    only up to DENSE_NORM_MAX, and the inf-norm's row functionals (one pass) at every size."""
     base = _taylor.predicted_seconds(17, 48, 3, "inf", "slopes")
     assert _taylor.predicted_seconds(17, 48, 3, "inf", "slopes", exact_diagonal=True)[0] > base[0]
     assert _taylor.predicted_seconds(17, 48, 3, "inf", "slopes", product_rule=True)[0] > base[0]
-    assert _taylor.predicted_seconds(17, 48, 3, "2", "slopes")[1] > base[1]
+    rows = _taylor.ROW_FUNCTIONAL_SECONDS * 3 * (17 * 48) ** 2
+    assert _taylor.predicted_seconds(17, 48, 3, "2", "slopes")[1] > base[1] - rows
     large = _taylor.predicted_seconds(64, 64, 4, "2", "slopes")[1]
-    assert large == _taylor.predicted_seconds(64, 64, 4, "inf", "slopes")[1]
+    rows = _taylor.ROW_FUNCTIONAL_SECONDS * 4 * (64 * 64) ** 2
+    assert _taylor.predicted_seconds(64, 64, 4, "inf", "slopes")[1] - large == pytest.approx(rows)
 
 
 def test_the_prediction_is_calibrated_by_the_centre_enclosure(monkeypatch):

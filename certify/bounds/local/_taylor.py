@@ -21,7 +21,9 @@ Norms (`certify.sdp`, each proven and rounded up): with J0 = [c - r, c + r] the 
 - p = 2: ||J(X)||_2 <= ||c||_2 + || r + |T| ||_2 (triangle inequality; ||E||_2 <= || |E| ||_2 and monotonicity of
   the spectral norm on nonnegative matrices), and the cheap bounds of the intersection of J0 + T with the direct
   enclosure of J over B (the value part of the same pass) when that intersection is narrower;
-- p = inf: the exact row-sum bound of the intersection of J0 + T with the direct enclosure.
+- p = inf: the exact row-sum bound of the intersection of J0 + T with the direct enclosure, and (seeds "slopes")
+  per row the smaller of that and `_row_functional`'s bound, which sums each row's sign-certain entries before
+  taking magnitudes.
 
 Memory: the pass holds a few arrays of N^2 D^2 intervals per box (about `BYTES_PER_ENTRY` bytes per entry of J in
 all, measured); `check_memory` refuses above `MEMORY_LIMIT` bytes before allocating.
@@ -44,11 +46,12 @@ from ...attention import AttentionWeights, check_tokens
 from ...interval import Interval, intersect, isum, round_down, round_up
 from ...jacobian import check_norm, jacobian, jacobian_norm
 from ...sdp import MatrixEnclosure, baseline_bound, inf_norm_bound
-from ...sdp._floating import ETA, U, gamma, lambda_min_lower, up
+from ...sdp._floating import ETA, U, gamma, lambda_min_lower, sum_up, up
 from ._domain import initial_box
 from ._dual import Dual
 from ._enclosure import _Weights, jacobian_enclosure, numpy_weights, point_einsum
 from ._slopes import EXACT_DIAGONAL_MAX, PRODUCT_RULE_MAX, dp_slopes, integral_slopes
+from ._row_functional import row_functional_sums
 from ._upper import _einsum_up
 
 BYTES_PER_ENTRY = 400
@@ -58,9 +61,10 @@ measurements (benchmarks/local_taylor.py prints the measured peak)."""
 MEMORY_LIMIT = 4 * 2**30
 """Refuse a Taylor evaluation whose estimated peak exceeds this (bytes)."""
 
-SLOPES_BYTES_PER_ENTRY = 200
+SLOPES_BYTES_PER_ENTRY = 240
 """Peak bytes per entry of J of one Taylor evaluation with seeds "slopes" (no tangent axis), rounded up from
-tracemalloc measurements at D = 64, 128 and 256, N = 17 (153-164 B)."""
+tracemalloc measurements at D = 64, 128 and 256, N = 17 (153-164 B for the slopes; the inf-norm's row functionals
+then hold about 125 B per entry beside the form's 50-70)."""
 
 DENSE_NORM_MAX = 2048
 """Above this N D the direct enclosure of J over the box is skipped (memory), and the 2-norms of the centre
@@ -69,6 +73,9 @@ DENSE_NORM_MAX = 2048
 
 REFINEMENT_SHARE = 0.6
 """taylor_bound with seeds "slopes": the share of its time_budget the extra passes of the integral form may use."""
+ROWS_SHARE = 0.85
+"""taylor_bound with seeds "slopes", inf-norm: the nested passes of the row functionals (`_row_functional`) may run
+until this share of the time_budget is spent (the first pass always runs; it is in `predicted_seconds`)."""
 
 
 SLOPES_SECONDS = 3.5e-7
@@ -84,6 +91,9 @@ EXACT_DIAGONAL_SECONDS = 1e-7
 """Added per H N^2 D^3 by the exact diagonal slope."""
 PRODUCT_RULE_SECONDS = 2e-8
 """Added per H N^3 D^2 by the product rule on P_il v~_il."""
+ROW_FUNCTIONAL_SECONDS = 3.5e-7
+"""Per H N^2 D^2 for one pass of the row functionals' derivatives (inf-norm, seeds "slopes"; measured 2.5-3.8e-7
+at (D, H, N) = (48, 3, 17) and (64, 4, 32))."""
 ENCLOSURE_SECONDS = 0.8e-7
 """Per H N^2 D^2 for one interval enclosure of J (at the centre, or over the box)."""
 MATRIX_SECONDS = 2e-7
@@ -94,13 +104,14 @@ DENSE_NORM_MAX; about 2 s at N D = 2048)."""
 
 
 def predicted_seconds(N: int, D: int, H: int, norm: str, seeds: str, exact_diagonal: bool = False,
-                      product_rule: bool = False, passes: int = 2) -> tuple[float, float]:
+                      product_rule: bool = False, passes: int = 2, rows: bool = True) -> tuple[float, float]:
     """(remainder pass, the rest): reference seconds of `taylor_bound` (module constants), before any nested box.
 
     The remainder pass: `dp_slopes` with `passes` for seeds "slopes", about four enclosures of J for "directional"
     (one forward pass with a tangent), N D / 8 for "coordinates" (chunks of 16 tangents); the rest: the enclosure
     of J at the centre, the direct enclosure over the box (N D <= DENSE_NORM_MAX), the matrix norm bounds, and for
-    the 2-norm with N D <= DENSE_NORM_MAX the dense eigenvalue problems. A prediction, not a promise: `dp_slopes` also checks
+    the 2-norm with N D <= DENSE_NORM_MAX the dense eigenvalue problems, for the inf-norm with seeds "slopes" one
+    pass of the row functionals (unless rows is False). A prediction, not a promise: `dp_slopes` also checks
     its deadline after each head."""
     units, n = H * (N * D) ** 2, N * D
     enclosure = ENCLOSURE_SECONDS * units
@@ -113,6 +124,8 @@ def predicted_seconds(N: int, D: int, H: int, norm: str, seeds: str, exact_diago
     else:
         first = enclosure * max(1.0, n / 8)
     rest = enclosure * (2 if n <= DENSE_NORM_MAX else 1) + MATRIX_SECONDS * n**2
+    if rows and norm == "inf" and seeds == "slopes":  # the first pass of the row functionals
+        rest += ROW_FUNCTIONAL_SECONDS * units
     if norm == "2" and n <= DENSE_NORM_MAX:
         rest += DENSE_NORM_SECONDS * n**3
     return first, rest
@@ -489,6 +502,19 @@ def taylor_norm_bound(form: TaylorEnclosure, norm: str, centre_value: float | No
     return value
 
 
+def taylor_row_sums_bound(box: Interval, centre: np.ndarray, w: _Weights, form: TaylorEnclosure, max_steps: int = 1,
+                          time_budget: float | None = None) -> tuple[float, int]:
+    """(bound, K): a proven bound on max_X ||J(X)||_inf over the box of a DP layer's Taylor form: per row, the smaller
+    of the row sum of the cut enclosure (J0 + T intersected with the direct one) and `row_functional_sums` with that
+    cut fixing the signs (K nested boxes for its slopes)."""
+    cut = intersect(form.at_centre + form.remainder, form.direct)
+    if not (np.all(np.isfinite(cut.lo)) and np.all(np.isfinite(cut.hi))):
+        return math.inf, 0
+    entrywise = sum_up(sum_up(cut.mag, axis=3), axis=2).reshape(-1)
+    rows, steps = row_functional_sums(box, centre, w, form.at_centre, cut, max_steps, time_budget)
+    return float(np.max(np.minimum(entrywise, rows))), steps
+
+
 def resolve_seeds(seeds: str, N: int, D: int, kind: str = "dp") -> str:
     """"auto": "coordinates" when N D <= COORDINATES_MAX, else "slopes" for DP and "directional" for L2."""
     if seeds == "auto":
@@ -544,21 +570,27 @@ def taylor_bound(weights: AttentionWeights, N: int, norm: str = "2", domain: Dom
     seeds = resolve_seeds(seeds, N, D, nw.kind)
     check_memory(N, D, seeds=seeds)
     steps = max_steps if seeds == "slopes" and time_budget is not None else 1
-    product_rule, passes, deadline, at_centre = None, 2, None, None
+    product_rule, passes, deadline, at_centre, rows = None, 2, None, None, seeds == "slopes"
     if time_budget is not None:
-        product_rule, passes, deadline, at_centre = _fit_budget(X0, nw, norm, seeds, exact_diagonal, steps,
-                                                                time_budget, start)
+        product_rule, passes, deadline, at_centre, rows = _fit_budget(X0, nw, norm, seeds, exact_diagonal, steps,
+                                                                      time_budget, start)
     passes_budget = None if time_budget is None else REFINEMENT_SHARE * time_budget - (time.perf_counter() - start)
     form = taylor_enclosure(box, X0, nw, seeds=seeds, exact_diagonal=exact_diagonal, max_steps=steps,
                             time_budget=passes_budget, product_rule=product_rule, deadline=deadline,
                             at_centre=at_centre, passes=passes)
     centre = MatrixEnclosure.from_bounds(*_matrix(form.at_centre))
+    row_steps = None
     if norm == "2":
         c_norm = gram_norm2_upper(centre.center)
         at_centre = float(up(c_norm + nonnegative_norm2_upper(centre.radius)))
         value = taylor_norm_bound(form, norm, c_norm)
     else:
         at_centre, value = inf_norm_bound(centre), taylor_norm_bound(form, norm)
+        row_steps = 0
+        if rows:  # one scalar per row: the cancellation inside each row sum (`_row_functional`)
+            rows_budget = None if time_budget is None else max(0.0, ROWS_SHARE * time_budget - (time.perf_counter() - start))
+            row_value, row_steps = taylor_row_sums_bound(box, X0, nw, form, steps, rows_budget)
+            value = min(value, row_value)
     lower = attained_at(torch.from_numpy(X0), w64, norm)
     ratio = value / lower if lower > 0 else math.inf
     return Certificate(
@@ -570,6 +602,7 @@ def taylor_bound(weights: AttentionWeights, N: int, norm: str = "2", domain: Dom
                  + f"proofs/taylor_remainder.py); upper / ||J(X0)|| = {ratio:.4f}"),
         details={"lower": lower, "witness": X0.tolist(), "ratio": ratio, "at_centre": at_centre,
                  "remainder": value - at_centre, "seeds": seeds, "steps": form.steps, "slope_passes": passes if seeds == "slopes" else None,
+                 "row_steps": row_steps,
                  "memory_estimate": memory_estimate(N, D, seeds=seeds)},
     )
 
@@ -589,14 +622,14 @@ def _centre_and_speed(X0: np.ndarray, w: _Weights) -> tuple[Interval, float]:
 
 
 def _fit_budget(X0: np.ndarray, w: _Weights, norm: str, seeds: str, exact_diagonal: bool | None, steps: int,
-                time_budget: float, start: float) -> tuple[bool | None, int, float | None, Interval]:
-    """(product_rule, passes, deadline, the enclosure of J(X0)) for `taylor_bound` within time_budget seconds of
-    `start`.
+                time_budget: float, start: float) -> tuple[bool | None, int, float | None, Interval, bool]:
+    """(product_rule, passes, deadline, the enclosure of J(X0), rows) for `taylor_bound` within time_budget seconds
+    of `start`.
 
     A pass predicted at over twice the budget at the reference speed is refused at once. Otherwise the enclosure of
     J at the centre (needed anyway) runs first and calibrates `predicted_seconds` to this machine as it is now (its
-    measured time over its reference time, at least 1/4); then the product rule of the slopes, and next their
-    refinement pass, are dropped while the pass does not fit, and `BudgetExceeded` is raised when it does not fit
+    measured time over its reference time, at least 1/4); then the product rule of the slopes, the inf-norm's row
+    functionals and next the slopes' refinement pass are dropped while the pass does not fit, and `BudgetExceeded` is raised when it does not fit
     without both. The deadline (slopes only) leaves the predicted rest after the pass."""
     N, D = X0.shape
     units = w.H * (N * D) ** 2
@@ -605,22 +638,26 @@ def _fit_budget(X0: np.ndarray, w: _Weights, norm: str, seeds: str, exact_diagon
     else:
         exact = N * D**3 <= EXACT_DIAGONAL_MAX if exact_diagonal is None else exact_diagonal
     exact = exact and seeds == "slopes"
-    least = sum(predicted_seconds(N, D, w.H, norm, seeds, exact, False, 1))
+    least = sum(predicted_seconds(N, D, w.H, norm, seeds, exact, False, 1, rows=False))
     if ENCLOSURE_SECONDS * units > time_budget or least > 2 * time_budget:  # not worth calibrating
         raise BudgetExceeded(
             f"taylor: the pass needs about {least:.0f} s at this machine's reference speed (up to twice that on a "
             f"large layer) > the time budget {time_budget:.0f} s (raise time_budget well above it)")
     at_centre, speed = _centre_and_speed(X0, w)
     product_rule, passes = seeds == "slopes" and N**3 * D**2 <= PRODUCT_RULE_MAX, 2
+    rows = seeds == "slopes" and norm == "inf"
 
     def predicted() -> tuple[float, float]:
-        first, rest = predicted_seconds(N, D, w.H, norm, seeds, exact, product_rule, passes)
+        first, rest = predicted_seconds(N, D, w.H, norm, seeds, exact, product_rule, passes, rows)
         return speed * first, speed * (rest - ENCLOSURE_SECONDS * units)  # the centre's enclosure is done
 
     first, rest = predicted()
     left = PREDICTION_SLACK * (time_budget - (time.perf_counter() - start))
     if product_rule and first + rest > left:
         product_rule = False
+        first, rest = predicted()
+    if rows and first + rest > left:
+        rows = False
         first, rest = predicted()
     if seeds == "slopes" and first + rest > left:
         passes = 1
@@ -631,7 +668,7 @@ def _fit_budget(X0: np.ndarray, w: _Weights, norm: str, seeds: str, exact_diagon
             f"norms {rest:.0f} s; {time.perf_counter() - start:.1f} s spent) > the time budget {time_budget:.0f} s "
             f"(raise time_budget to {1.2 * (time.perf_counter() - start + first + rest):.0f} or more)")
     deadline = start + PREDICTION_SLACK * time_budget - rest if seeds == "slopes" else None
-    return (product_rule if seeds == "slopes" else None), passes, deadline, at_centre
+    return (product_rule if seeds == "slopes" else None), passes, deadline, at_centre, rows
 
 
 def attained_at(X0: torch.Tensor, weights: AttentionWeights, norm: str, iterations: int = 50) -> float:
