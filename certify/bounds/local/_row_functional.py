@@ -34,10 +34,10 @@ with Gbar = sum_l P_il G_l, betabar = sum_l P_il beta_l, kappa_l = sum_E s_iE k~
 (M s_i)[r] = sum_E M[r, E] s_iE. Heads add: d phi is summed over heads as intervals, then its magnitude taken.
 Every block is the interval enclosure over B of `_slopes.head_blocks` (outward rounded), so the magnitude of the
 computed interval bounds sup_B |d_m phi|. Work: N^2 D^2 per head (the entrywise slopes' order), memory a few
-N^2 D^2 intervals (about 125 bytes per entry of J, measured). The lemma above is the mean-value theorem and the
-sign argument; the formula for d phi is derived from the block derivatives that proofs/slopes_derivatives.py
-proves, and is *checked numerically* against autodiff (tests/test_row_functional.py, 30 random biased layers, at
-points of boxes up to eps = 0.3), not proved by SymPy.
+N^2 D^2 intervals (about 125 bytes per entry of J, measured). The formula for d phi: proofs/row_functional.py
+(PROVED-MODULO slopes_derivatives' J decomposition, at small sizes; every weight s by linearity); the lemma above
+is the mean-value theorem and the sign argument; also checked against autodiff at points of boxes up to eps = 0.3
+(tests/test_row_functional.py).
 """
 
 from __future__ import annotations
