@@ -138,3 +138,19 @@ def test_jacobian_norm_matches_numpy():
     np.testing.assert_allclose(jacobian_norm(J, "inf").numpy(), [np.linalg.norm(m, np.inf) for m in flat], rtol=1e-12)
     with pytest.raises(ValueError, match="norm must be"):
         jacobian_norm(J, "1")
+
+
+@pytest.mark.parametrize("scale", [1e-155, 1e-100, 1.0])
+def test_value_and_key_biases_leave_the_dp_jacobian_exactly_alone(scale):
+    """J does not depend on b_V or b_K (they cancel in v_l - vbar_i and C_i K); with W_V tiny beside b_V the closed
+    form must still give the bias-free J to rounding, not the bias's roundoff (1e-16 beside a J of 1e-155 before)."""
+    import dataclasses
+
+    weights = random_weights("dp", 2, 2, scale=1.0, seed=4, bias=True)
+    weights = dataclasses.replace(weights, W_V=weights.W_V * scale, b_V=torch.ones_like(weights.b_V),
+                                  b_K=3 * torch.ones_like(weights.b_K))
+    unbiased = dataclasses.replace(weights, b_V=None, b_K=None)
+    X = torch.randn(2, 3, weights.D, generator=torch.Generator().manual_seed(1), dtype=F64)
+    J, reference = jacobian(X, weights), jacobian(X, unbiased)
+    assert reference.abs().max() > 0
+    assert torch.allclose(J, reference, rtol=1e-10, atol=0.0)

@@ -5,7 +5,10 @@ and vbar_i = sum_k P_ik v_k. Writing C_i = V^T P^(i), i.e. C_i[:, l] = P_il (v_l
 
     J^h_il = d f^h_i / d x_l = P_il W_V^T + (1/sqrt(d)) [ delta_il C_i K W_Q^T + C_i[:, l] q_i^T W_K^T ].
 
-Value biases drop out (P^(i) 1 = 0). Without biases and with W_V = I this is MATH.md's
+Value biases drop out (P^(i) 1 = 0), and so do key biases from C_i K (C_i 1 = 0): both are left out of those
+differences, which is also what keeps them accurate (a value bias of 1 beside W_V^T x of 1e-155 used to leave
+roundoff of 1e-16 in v_l - vbar_i, a thousand orders of magnitude above the true Jacobian). The scores keep b_K, so
+that P is the forward pass's. Without biases and with W_V = I this is MATH.md's
 J_ij = X^T P^(i) [E_ji X A^T + X A delta_ij] + P_ij I. The layer: J^F_il = sum_h W^O_h^T J^h_il.
 """
 
@@ -25,7 +28,7 @@ def dot_product_jacobian(X: torch.Tensor, weights: AttentionWeights) -> torch.Te
     B, N, D = X.shape
     Q = _heads(X, weights.W_Q, weights.b_Q)  # (B, H, N, d)
     K = _heads(X, weights.W_K, weights.b_K)
-    V = _heads(X, weights.W_V, weights.b_V)
+    V = _heads(X, weights.W_V, None)  # b_V cancels in v_l - vbar_i (module docstring)
     P = torch.softmax(Q @ K.transpose(-1, -2) / math.sqrt(weights.d), dim=-1)  # (B, H, N, N)
     vbar = P @ V
     H, scale = weights.H, 1 / math.sqrt(weights.d)
@@ -40,5 +43,6 @@ def dot_product_jacobian(X: torch.Tensor, weights: AttentionWeights) -> torch.Te
     J.view(B * N, D * N, D).baddbmm_(OC.permute(0, 1, 3, 2, 4).reshape(B * N, D * N, H),
                                      query.reshape(B * N, H, D))
     index = torch.arange(N, device=X.device)
-    J[:, index, :, index, :] += torch.einsum("bilFh,bhlc,hEc->ibFE", OC, K, weights.W_Q)
+    K_centred = K if weights.b_K is None else _heads(X, weights.W_K, None)  # b_K cancels in C_i K
+    J[:, index, :, index, :] += torch.einsum("bilFh,bhlc,hEc->ibFE", OC, K_centred, weights.W_Q)
     return J
