@@ -24,7 +24,7 @@ from certify.invertible import contraction_certificate, invert
 from certify.jacobian import jacobian, jacobian_norm
 from certify.sdp import lambda_min_lower
 from exact_attention import jacobian_norm as exact_jacobian_norm
-from problems import F64
+from problems import F64, random_weights
 
 WITNESS_N2 = mpmath.mpf("1.4072520")
 """For D = d = 1, N = 2, the projected points y = (0, 1.4072520) nearly attain c_2(2, 1) = 1.6016."""
@@ -290,3 +290,43 @@ def test_an_unbounded_interval_entry_gives_an_unbounded_einsum_entry_not_nan():
         X = lo[1] + (hi[1] - lo[1]) * rng.random(2)
         value = X @ W
         assert np.all(out.lo[1] <= value) and np.all(value <= out.hi[1])
+
+
+def test_attained_values_keep_the_scale_of_a_tiny_value_map_beside_large_biases():
+    """W_V of 1e-155 beside b_V = b_K = 1: the Jacobian is about 1e-155, and the search, the attained value at X0
+    and the certified bound must all say so (the forward pass's v_l - vbar_i used to leave 1e-16 of roundoff, which
+    the search reported as attained, far above the certified 4.7e-155)."""
+    import dataclasses
+
+    from certify._domain import EpsBall
+    from certify.adversarial import lower_bound
+    from certify.adversarial._attained import attained_norm
+    from certify.bounds.local._taylor import taylor_bound
+
+    weights = random_weights("dp", 2, 2, scale=1.0, seed=4, bias=True)
+    weights = dataclasses.replace(weights, W_V=weights.W_V * 1e-155, b_V=torch.ones_like(weights.b_V),
+                                  b_K=torch.ones_like(weights.b_K))
+    X0 = torch.randn(3, weights.D, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    domain = EpsBall(X0, 1e-2, "inf")
+    upper = taylor_bound(weights, 3, "inf", domain, seeds="slopes").value
+    found = lower_bound(weights, 3, "inf", domain, seconds=3.0).value
+    at_centre = attained_norm(X0, weights, "inf")[0]
+    assert 1e-156 < at_centre <= found <= upper < 1e-153
+
+
+def test_derivatives_through_the_forward_pass_use_the_bias_free_equivalent():
+    """`jacobian_equivalent` keeps J exactly (the closed form agrees) and makes reverse mode through the forward pass
+    (the matrix-free search's `row_block`) accurate where the raw biased forward pass is roundoff."""
+    import dataclasses
+
+    from certify.adversarial._objectives import row_block
+    from certify.attention import jacobian_equivalent
+
+    weights = random_weights("dp", 2, 2, scale=1.0, seed=4, bias=True)
+    weights = dataclasses.replace(weights, W_V=weights.W_V * 1e-155, b_V=torch.ones_like(weights.b_V))
+    X = torch.randn(1, 3, weights.D, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    equivalent = jacobian_equivalent(weights)
+    J = jacobian(X, weights)[0, 0]  # row block of token 0: (D, N, D)
+    assert torch.allclose(jacobian(X, equivalent), jacobian(X, weights), rtol=1e-12, atol=0.0)
+    assert torch.allclose(row_block(X, equivalent, 0, create_graph=False)[0], J, rtol=1e-9, atol=0.0)
+    assert (row_block(X, weights, 0, create_graph=False)[0] - J).abs().max() > 1e3 * J.abs().max()

@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from ..attention import AttentionWeights, attention_forward
+from ..attention import AttentionWeights, attention_forward, jacobian_equivalent
 from ..jacobian import jacobian, jacobian_norm
 from ._domains import cpu64
 from ._objectives import PowerIteration, _jvp, _vjp, row_block
@@ -50,7 +50,7 @@ def attained_norm(X: torch.Tensor, weights: AttentionWeights, norm: str, iterati
     always computed. v0: a starting vector (N, D) for the power iteration.
     """
     start = time.perf_counter()
-    w = cpu64(weights)
+    w = jacobian_equivalent(cpu64(weights))  # the same J, without the biases' roundoff in the forward pass
     X = X.detach().to(device="cpu", dtype=torch.float64)[None]
     n = X.shape[1] * X.shape[2]
     if n <= (DENSE_LIMIT if seconds is None else DENSE_TIMED_LIMIT) or (norm == "inf" and n * n <= DENSE_INF_ENTRIES):

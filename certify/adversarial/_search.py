@@ -31,7 +31,7 @@ from .._domain import Ball, Domain, EpsBall, Global
 from .._errors import InvalidInputError
 from .._progress import progress_bar
 from .._result import Certificate
-from ..attention import AttentionWeights, attention_forward, check_tokens
+from ..attention import AttentionWeights, attention_forward, check_tokens, jacobian_equivalent
 from ..jacobian import check_norm
 from ._attained import DENSE_LIMIT, DENSE_TIMED_LIMIT, attained_norm, dense_attained
 from ._clusters import cluster_norm, expand, round_multiplicities
@@ -335,6 +335,7 @@ def lower_bound(weights: AttentionWeights, N: int, norm: str, domain: Domain = G
         ascent = eps_ball_ascent(weights, domain, norm, ASCENT_SHARE * seconds, seed=seed)
         extra.insert(0, ascent[1])  # its best point seeds the search below, which gets the rest of the budget
     _warm_up()  # a one-off import cost (counted in the budget: the clock started on entry)
+    weights = jacobian_equivalent(weights)  # the same J everywhere, without the biases' roundoff (ascent, witness)
     device = default_device() if device is None else torch.device(device)
     w64 = cpu64(weights)
     w = w64 if (dtype, device.type) == (torch.float64, "cpu") else weights.to(dtype, device)

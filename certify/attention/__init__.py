@@ -18,6 +18,7 @@ from ._l2 import (
 )
 from ._torch_import import from_torch_multihead_attention as from_torch_multihead_attention
 from ._weights import AttentionWeights as AttentionWeights, check_input as check_input, check_tokens as check_tokens
+from ._weights import jacobian_equivalent as jacobian_equivalent
 
 import torch as _torch
 
