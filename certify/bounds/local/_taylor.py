@@ -599,7 +599,10 @@ def taylor_bound(weights: AttentionWeights, N: int, norm: str = "2", domain: Dom
         seconds=time.perf_counter() - start,
         message=(f"first-order Taylor form about the centre: ||J(X0)|| <= {at_centre:.6g} plus the remainder "
                  + (f"(slopes averaged over {form.steps} nested boxes; " if form.steps > 1 else "(")
-                 + f"proofs/taylor_remainder.py); upper / ||J(X0)|| = {ratio:.4f}"),
+                 + "proofs/taylor_remainder.py)"
+                 + (f"; row sums through the sign-certain row functionals ({row_steps} nested boxes; "
+                    "proofs/row_functional.py)" if row_steps else "")
+                 + f"; upper / ||J(X0)|| = {ratio:.4f}"),
         details={"lower": lower, "witness": X0.tolist(), "ratio": ratio, "at_centre": at_centre,
                  "remainder": value - at_centre, "seeds": seeds, "steps": form.steps, "slope_passes": passes if seeds == "slopes" else None,
                  "row_steps": row_steps,
