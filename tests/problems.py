@@ -49,6 +49,18 @@ def layers(draw, kinds=("dp", "l2"), max_H: int = 2, max_d: int = 3, max_N: int 
     return random_weights(kind, H, d, scale=scale, seed=seed, bias=bias), N
 
 
+@st.composite
+def biased_dp_problems(draw, max_H: int = 2):
+    """(weights, X0): a DP layer (H <= max_H, d <= 3, D <= 5, random scale, biases or not) and a centre X0 (N <= 4)."""
+    H, d = draw(st.integers(1, max_H)), draw(st.integers(1, 3))
+    D = draw(st.integers(1, 5))
+    weights = random_weights("dp", H, d, D=D, scale=draw(st.floats(0.3, 3.0)), seed=draw(st.integers(0, 2**31 - 1)),
+                             bias=draw(st.booleans()))
+    N = draw(st.integers(1, 4))
+    X0 = torch.randn(N, D, generator=torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1))), dtype=F64)
+    return weights, X0 * draw(st.floats(0.1, 3.0))
+
+
 def random_inputs(weights: AttentionWeights, N: int, batch: int = 4, scale: float = 1.0, seed: int = 0) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     return torch.randn(batch, N, weights.D, generator=g, dtype=F64) * scale

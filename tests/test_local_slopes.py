@@ -12,7 +12,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from problems import random_weights
+from problems import biased_dp_problems, random_weights
 
 from certify._domain import EpsBall
 from certify.bounds.local._enclosure import numpy_weights
@@ -31,15 +31,8 @@ def exact_slope(weights, X0: torch.Tensor) -> np.ndarray:
     return G.abs().sum((-1, -2)).numpy()
 
 
-@st.composite
-def biased_dp_layers(draw):
-    H, d = draw(st.integers(1, 2)), draw(st.integers(1, 3))
-    D = draw(st.integers(1, 5))
-    weights = random_weights("dp", H, d, D=D, scale=draw(st.floats(0.3, 3.0)), seed=draw(st.integers(0, 2**31 - 1)),
-                             bias=draw(st.booleans()))
-    N = draw(st.integers(1, 4))
-    X0 = torch.randn(N, D, generator=torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1))), dtype=F64)
-    return weights, X0 * draw(st.floats(0.1, 3.0))
+def biased_dp_layers():
+    return biased_dp_problems(max_H=2)
 
 
 @settings(max_examples=30)

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from problems import random_weights
+from problems import biased_dp_problems, random_weights
 
 from certify._domain import EpsBall
 from certify.adversarial._eps_ball import eps_ball_ascent
@@ -26,15 +26,8 @@ from certify.jacobian import jacobian
 F64 = torch.float64
 
 
-@st.composite
-def biased_dp_layers(draw):
-    H, d = draw(st.integers(1, 3)), draw(st.integers(1, 3))
-    D = draw(st.integers(1, 5))
-    weights = random_weights("dp", H, d, D=D, scale=draw(st.floats(0.3, 3.0)), seed=draw(st.integers(0, 2**31 - 1)),
-                             bias=draw(st.booleans()))
-    N = draw(st.integers(1, 4))
-    X0 = torch.randn(N, D, generator=torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1))), dtype=F64)
-    return weights, X0 * draw(st.floats(0.1, 3.0))
+def biased_dp_layers():
+    return biased_dp_problems(max_H=3)
 
 
 def phi_gradient(weights, X: torch.Tensor, signs: np.ndarray) -> np.ndarray:
