@@ -63,8 +63,10 @@ MEMORY_LIMIT = 4 * 2**30
 
 SLOPES_BYTES_PER_ENTRY = 240
 """Peak bytes per entry of J of one Taylor evaluation with seeds "slopes" (no tangent axis), rounded up from
-tracemalloc measurements at D = 64, 128 and 256, N = 17 (153-164 B for the slopes; the inf-norm's row functionals
-then hold about 125 B per entry beside the form's 50-70)."""
+tracemalloc measurements of `taylor_bound` (eps = 1e-2, no budget): 153 B without the inf-norm's row functionals
+and 213-214 B with them at (D, H, N) = (64, 4, 32) and (128, 4, 16) (153-164 B at D = 64, 128, 256, N = 17 before
+the rows). Small layers run above it (417 B at (48, 3, 17), both norms): the exact diagonal's N D^3 arrays, at most
+EXACT_DIAGONAL_MAX entries, i.e. a few hundred MB at worst."""
 
 DENSE_NORM_MAX = 2048
 """Above this N D the direct enclosure of J over the box is skipped (memory), and the 2-norms of the centre
