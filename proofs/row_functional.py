@@ -23,8 +23,8 @@ Both sides are linear in s, so the identity for every s follows from the identit
 s = e_(l0, E0), where phi = J_il0[F, E0]. Checks: at every row, unit weight and coordinate, for each stated size,
 the closed form minus the chain-rule derivative of J (part (e)'s polynomial, `SymbolicHead.deriv`: the exact chain
 rule through the softmax symbols) is the zero polynomial: PROVED at those sizes, modulo part (e) of
-``slopes_derivatives`` (J as the blocks' closed form; PROVED there) and the bound's lemma below (PROVED-MODULO). Several heads add (J and phi are
-sums over heads, the derivative is linear).
+``slopes_derivatives`` (J as the blocks' closed form; PROVED there) and the bound's lemma below (PROVED-MODULO).
+Several heads add (J and phi are sums over heads, the derivative is linear).
 
 Claim (bound; the lemma of ``_row_functional``, not checked by SymPy: it is the mean-value theorem and the sign
 argument). If J(X)_ab keeps the sign s_ab for every X in a box B (the entries where the enclosure misses 0), then

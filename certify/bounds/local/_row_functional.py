@@ -28,7 +28,8 @@ and from the block derivatives of `_slopes` (proofs/slopes_derivatives.py), for 
     d_{t,r} phi = b_i[r] C^b_t + WVO[r, F] C^w_t + (M s_i)[r] C^m_t + delta_it own[r],
     C^b_t = sigma P_it [G_t - Gbar + sigma (kappa_t v~_it[F] - alpha_i - betabar v~_it[F])],
     C^w_t = sigma P_it (beta_t - betabar + kappa_t),    C^m_t = sigma P_it v~_it[F],
-    own[r] = sigma sum_l P_il [G_l k~_il[r] + v~_il[F] mu_l[r] + sigma kappa_l k~_il[r] v~_il[F]] - sigma^2 betabar A_i[r, F],
+    own[r] = sigma sum_l P_il [G_l k~_il[r] + v~_il[F] mu_l[r] + sigma kappa_l k~_il[r] v~_il[F]]
+             - sigma^2 betabar A_i[r, F],
 
 with Gbar = sum_l P_il G_l, betabar = sum_l P_il beta_l, kappa_l = sum_E s_iE k~_il[E], mu_l[r] = sum_E s_lE M[E, r],
 (M s_i)[r] = sum_E M[r, E] s_iE. Heads add: d phi is summed over heads as intervals, then its magnitude taken.
@@ -80,7 +81,8 @@ def row_derivatives(box: Interval, centre: np.ndarray, w: _Weights, signs: np.nd
         G_bar = interval_einsum("il,iFl->iF", P, G)
         beta_bar = interval_einsum("il,iFl->iF", P, beta)
         P_row = P.expand(1)  # [i, 1, t]
-        C_b = P_row * ((G - G_bar.expand(-1)) + (kappa * v_row - alpha.expand(-1) - beta_bar.expand(-1) * v_row) * sigma) * sigma
+        spread = kappa * v_row - alpha.expand(-1) - beta_bar.expand(-1) * v_row
+        C_b = P_row * ((G - G_bar.expand(-1)) + spread * sigma) * sigma
         C_w = P_row * (beta - beta_bar.expand(-1) + kappa) * sigma
         C_m = P_row * v_row * sigma
         part = (b.expand(1).expand(1) * C_b.expand(-1)  # [i, F, t, r]

@@ -590,7 +590,8 @@ def taylor_bound(weights: AttentionWeights, N: int, norm: str = "2", domain: Dom
         at_centre, value = inf_norm_bound(centre), taylor_norm_bound(form, norm)
         row_steps = 0
         if rows:  # one scalar per row: the cancellation inside each row sum (`_row_functional`)
-            rows_budget = None if time_budget is None else max(0.0, ROWS_SHARE * time_budget - (time.perf_counter() - start))
+            rows_budget = (None if time_budget is None
+                           else max(0.0, ROWS_SHARE * time_budget - (time.perf_counter() - start)))
             row_value, row_steps = taylor_row_sums_bound(box, X0, nw, form, steps, rows_budget)
             value = min(value, row_value)
     lower = attained_at(torch.from_numpy(X0), w64, norm)
