@@ -330,12 +330,12 @@ def lower_bound(weights: AttentionWeights, N: int, norm: str, domain: Domain = G
             raise InvalidInputError(f"starts must be finite, of shape (B, {N}, {weights.D}) or ({N}, {weights.D}), "
                                     f"got {tuple(given.shape)}")
         extra = list(given)
+    weights = jacobian_equivalent(weights)  # the same J everywhere, without the biases' roundoff (every phase)
     ascent = None
     if isinstance(domain, EpsBall) and seconds is not None and N * weights.D > 1 and eps_ball_applies(N, weights.D):
         ascent = eps_ball_ascent(weights, domain, norm, ASCENT_SHARE * seconds, seed=seed)
         extra.insert(0, ascent[1])  # its best point seeds the search below, which gets the rest of the budget
     _warm_up()  # a one-off import cost (counted in the budget: the clock started on entry)
-    weights = jacobian_equivalent(weights)  # the same J everywhere, without the biases' roundoff (ascent, witness)
     device = default_device() if device is None else torch.device(device)
     w64 = cpu64(weights)
     w = w64 if (dtype, device.type) == (torch.float64, "cpu") else weights.to(dtype, device)

@@ -7,7 +7,7 @@ and vbar_i = sum_k P_ik v_k. Writing C_i = V^T P^(i), i.e. C_i[:, l] = P_il (v_l
 
 Value biases drop out (P^(i) 1 = 0), and so do key biases from C_i K (C_i 1 = 0): both are left out of those
 differences, which is also what keeps them accurate (a value bias of 1 beside W_V^T x of 1e-155 used to leave
-roundoff of 1e-16 in v_l - vbar_i, a thousand orders of magnitude above the true Jacobian). The scores keep b_K, so
+roundoff of 1e-16 in v_l - vbar_i, some 140 orders of magnitude above the true Jacobian). The scores keep b_K, so
 that P is the forward pass's. Without biases and with W_V = I this is MATH.md's
 J_ij = X^T P^(i) [E_ji X A^T + X A delta_ij] + P_ij I. The layer: J^F_il = sum_h W^O_h^T J^h_il.
 """
