@@ -276,3 +276,48 @@ def test_largest_radius_uses_partly_certified_balls():
     r_bool, calls_bool = largest_certified(lambda e: e <= 0.3, start=0.01, steps=20)
     assert calls < calls_bool and r >= r_bool * (1 - 1e-3)
     assert largest_radius(lambda e: 0.0, start=1.0) == (0.0, 30)
+
+
+def attention_block(seed: int, N: int, D: int, H: int, d: int):
+    """A DP attention block with all four biases (random, moderately scaled weights)."""
+    from certify.model import Attention
+
+    rng = np.random.default_rng(seed)
+    W = lambda *shape: rng.standard_normal(shape) / np.sqrt(shape[-2])  # noqa: E731
+    return Attention(W(H, D, d), W(H, D, d), W(H, D, d), rng.standard_normal((H, d)), rng.standard_normal((H, d)),
+                     rng.standard_normal((H, d)), W(H * d, D), rng.standard_normal(D))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_attention_delta_with_the_exact_diagonal_bounds_the_movement(monkeypatch, seed):
+    """`block_jacobian` on an attention block: |J(y) - A| <= Delta at the box's vertices and random points, with the
+    exact diagonal slope in use; Delta is entrywise at most the separable-only Delta (EXACT_DIAGONAL_MAX = 0), and
+    half of it is broken at some sampled point (the check has teeth)."""
+    from certify.interval import Interval
+    from certify.model._enclosure import attention_point_jacobian
+
+    calls = []
+    original = _jacobian_chain.attention_jacobian
+
+    def spy(block, box, exact_diagonal=False):
+        calls.append(exact_diagonal)
+        return original(block, box, exact_diagonal)
+
+    monkeypatch.setattr(_jacobian_chain, "attention_jacobian", spy)
+    N, D = 3, 4
+    block = attention_block(seed, N, D, H=2, d=2)
+    rng = np.random.default_rng(seed)
+    centre, eps = rng.standard_normal((N, D)), 0.05
+    box = Interval(centre - eps, centre + eps)
+    A, delta, _ = _jacobian_chain.block_jacobian(block, box, Interval(centre, centre.copy()))
+    assert True in calls
+    monkeypatch.setattr(_jacobian_chain, "EXACT_DIAGONAL_MAX", 0)
+    _, separable, _ = _jacobian_chain.block_jacobian(block, box, Interval(centre, centre.copy()))
+    assert np.all(delta <= separable) and np.any(delta < separable)
+    deviation = np.zeros_like(A)
+    points = [centre + eps * rng.choice([-1.0, 1.0], size=(N, D)) for _ in range(64)]
+    points += [centre + eps * rng.uniform(-1, 1, size=(N, D)) for _ in range(64)]
+    for y in points:
+        deviation = np.maximum(deviation, np.abs(attention_point_jacobian(block, y) - A))
+    assert np.all(deviation <= delta)
+    assert np.any(deviation > 0.5 * delta)

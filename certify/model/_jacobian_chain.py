@@ -51,12 +51,13 @@ import numpy as np
 from .._errors import InvalidInputError
 from ..bounds.local import numpy_weights
 from ..bounds.local._enclosure import jacobian_enclosure
+from ..bounds.local._slopes import EXACT_DIAGONAL_MAX
 from ..bounds.local._taylor import BYTES_PER_ENTRY as TAYLOR_BYTES_PER_ENTRY
 from ..bounds.local._taylor import MEMORY_LIMIT as TAYLOR_MEMORY_LIMIT
 from ..bounds.local._taylor import direction_remainder_times, gram_norm2_upper, nonnegative_norm2_upper
 from ..interval import Interval, isum, linear_combination, round_down, round_up
-from ._blocks import (ATTENTION_TYPES, Activation, AddConstant, ChannelAffine, ClassToken, FeedForward, Gather,
-                      LayerNorm, Linear, Pool, Residual)
+from ._blocks import (ATTENTION_TYPES, Activation, AddConstant, Attention, ChannelAffine, ClassToken, FeedForward,
+                      Gather, LayerNorm, Linear, Pool, Residual)
 from ._enclosure import (TINY, U, attention_jacobian, attention_point_jacobian, attention_weights, centring,
                          derivative_interval, enclose, feed_forward_product, iaffine, imatmul, intersect,
                          layer_norm_jacobian, layer_norm_parts, layer_norm_product)
@@ -353,6 +354,10 @@ def block_jacobian(block: object, box: Interval, point: Interval, *, prefix: "_P
         A = attention_point_jacobian(block, point.mid)
         delta = _distance(J_box, A)
         worth_it = _norm(delta, "inf") > DIRECTIONS_FROM * _norm(np.abs(A), "inf")
+        if worth_it and isinstance(block, Attention) and box.shape[0] * box.shape[1] ** 3 <= EXACT_DIAGONAL_MAX:
+            # the exact diagonal slope (`_slopes.dp_slopes`; about 5x the separable one's time at N = 17, D = 48):
+            # on the digits ViT at eps = 1e-4 the last attention block's ||Delta||_inf 6.36 -> 5.00
+            delta = np.minimum(delta, _distance(attention_jacobian(block, box, exact_diagonal=True), A))
         product = None
         if prefix is not None and domain is not None and not block.causal and worth_it:
             right = prefix.W.mid
