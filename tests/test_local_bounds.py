@@ -125,6 +125,65 @@ def test_structured_bound_holds_on_the_box(layer, seed, width):
     assert jacobian_norm(jacobian(X, weights), "2").max().item() <= bound
 
 
+def _largest_pair_product(L: np.ndarray, R: np.ndarray, seed: int) -> float:
+    """max over unit u of ||L u|| ||R u||, by ascent from many starts (a lower bound on it)."""
+    rng = np.random.default_rng(seed)
+    best = 0.0
+    for _ in range(200):
+        u = rng.standard_normal(L.shape[1])
+        for _ in range(200):  # fixed point of the stationarity condition L^T L u / ||L u||^2 + R^T R u / ||R u||^2
+            u = u / np.linalg.norm(u)
+            g = L.T @ (L @ u) / max(np.linalg.norm(L @ u) ** 2, 1e-300) + R.T @ (R @ u) / max(
+                np.linalg.norm(R @ u) ** 2, 1e-300)
+            u = g
+        u = u / np.linalg.norm(u)
+        best = max(best, float(np.linalg.norm(L @ u) * np.linalg.norm(R @ u)))
+    return best
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000), D=st.integers(3, 8), d=st.integers(1, 3), scale=st.sampled_from([1e-3, 1.0, 1e3]))
+def test_pair_product_upper_is_sound_and_tight(seed, D, d, scale):
+    """max_u ||L u|| ||R u|| (L = L1 L2, R = R1 R2): the proven bound is above the maximum an ascent finds, within
+    1e-6 of it (the AM-GM dual is exact for D >= 3), and at most ||L|| ||R||; 1% less would be below the maximum."""
+    from certify.bounds.local._structured import pair_product_upper
+
+    rng = np.random.default_rng(seed)
+    L1, L2 = scale * rng.standard_normal((D, d)), rng.standard_normal((d, D))
+    R1, R2 = rng.standard_normal((D, d)), rng.standard_normal((d, D)) / scale
+    L, R = L1 @ L2, R1 @ R2
+    bound = pair_product_upper((L1, L2), (R1, R2))
+    attained = _largest_pair_product(L, R, seed)
+    assert attained <= bound <= np.linalg.norm(L, 2) * np.linalg.norm(R, 2) * (1 + 1e-12)
+    assert 0.99 * bound < attained * (1 + 1e-6)
+
+
+def test_weighted_variance_bound_holds_and_improves_on_the_ball():
+    """P_il Var_i <= `_weighted_variance` for random softmax rows over tokens in a ball of radius R; there it is
+    3/4 R^2 (not R^2), and the two-point row with mass 2/3 on R u and 1/3 on -R u attains 16/27 R^2 (so a formula
+    below that, e.g. p^2 (1 - p) S, would fail the first check there)."""
+    from certify.bounds.local._structured import _weighted_variance
+
+    rng = np.random.default_rng(0)
+    N, D, R = 5, 3, 2.0
+
+    def weighted(X: np.ndarray, P: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        variance = float(P @ np.sum((X - P @ X) ** 2, axis=1))
+        spread = np.max(np.sum((X[:, None] - X[None]) ** 2, axis=-1), axis=0)
+        bound = _weighted_variance(np.zeros((1, len(P))), np.ones((1, len(P))), np.array([R * R]), spread)[0]
+        return P * variance, bound
+
+    for _ in range(2000):
+        X = rng.standard_normal((N, D))
+        X = X / np.linalg.norm(X, axis=1, keepdims=True) * R * rng.uniform(0, 1, (N, 1)) ** rng.uniform(0, 1)
+        value, bound = weighted(X, rng.dirichlet(np.full(N, rng.uniform(0.05, 2.0))))
+        assert np.all(value <= bound * (1 + 1e-12))
+    u = np.array([1.0, 0.0, 0.0])
+    value, bound = weighted(np.stack([R * u, -R * u]), np.array([2 / 3, 1 / 3]))
+    assert value[0] == pytest.approx(16 / 27 * R * R, rel=1e-12)
+    assert value[0] <= bound[0] <= 0.75 * R * R * (1 + 1e-11)
+
+
 # --- domains -----------------------------------------------------------------------------------------------
 
 
