@@ -370,3 +370,38 @@ def test_weights_that_require_grad_are_searched_detached():
     assert weights.W_Q.requires_grad
     result = lower_bound(weights, 3, "2", Ball(1.0), restarts=2, steps=3)
     assert math.isfinite(result.value) and result.value > 0
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 10_000), N=st.integers(3, 6), bias=st.booleans(), radius=st.sampled_from([2.0, 8.0]))
+def test_rank_one_starts_split_each_query_between_the_two_far_tokens(seed, N, bias, radius):
+    """`rank_one_starts` (DP, Ball): every start lies in the ball; where the two special tokens can outscore the
+    queries (cos phi in (-1, 1)), every query puts most of its attention on them, and they lie on opposite sides
+    of the value map's direction (their difference is at least R in norm): the configuration the structured
+    bound's rank-one term describes. Its ||J|| stays below the certified structured bound on the ball."""
+    from problems import random_weights
+
+    from certify.adversarial._starts import rank_one_starts
+    from certify.attention._dot_product import dot_product_scores
+    from certify.bounds.local._domain import initial_box
+    from certify.bounds.local._enclosure import numpy_weights
+    from certify.bounds.local._structured import dp_structured_bound, structured_constants
+    from certify.interval import Interval
+
+    weights = random_weights("dp", 2, 2, D=4, scale=1.5, seed=seed, bias=bias)
+    domain = Ball(radius)
+    X = rank_one_starts(weights, N, domain, 6 * weights.H, torch.Generator().manual_seed(seed))
+    assert X.shape == (6 * weights.H, N, weights.D)
+    assert torch.all(X.norm(dim=-1) <= radius * (1 + 1e-12))
+    P = dot_product_scores(X, weights)  # (B, H, N, N), already softmaxed
+    split = 0
+    for k in range(X.shape[0]):
+        h = k % weights.H
+        if P[k, h, 2:, :2].sum(-1).min() > 0.9:
+            split += 1
+            assert (X[k, 0] - X[k, 1]).norm() >= radius * 0.5
+    assert split >= 1
+    box = initial_box(domain, N, weights.D)
+    bound = dp_structured_bound(Interval(box.lo[None], box.hi[None]), numpy_weights(weights),
+                                structured_constants(numpy_weights(weights)), radius)[0]
+    assert jacobian_norm(jacobian(X, weights), "2").max().item() <= bound

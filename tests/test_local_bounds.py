@@ -158,10 +158,11 @@ def test_pair_product_upper_is_sound_and_tight(seed, D, d, scale):
     assert 0.99 * bound < attained * (1 + 1e-6)
 
 
-def test_weighted_variance_bound_holds_and_improves_on_the_ball():
+@pytest.mark.parametrize("with_norm", [False, True])
+def test_weighted_variance_bound_holds_and_improves_on_the_ball(with_norm):
     """P_il Var_i <= `_weighted_variance` for random softmax rows over tokens in a ball of radius R; there it is
-    3/4 R^2 (not R^2), and the two-point row with mass 2/3 on R u and 1/3 on -R u attains 16/27 R^2 (so a formula
-    below that, e.g. p^2 (1 - p) S, would fail the first check there)."""
+    3/4 R^2 from the spread alone and 16/27 R^2 with the token norms (not R^2), which the two-point row with mass 2/3
+    on R u and 1/3 on -R u attains: a 1% smaller bound fails there."""
     from certify.bounds.local._structured import _weighted_variance
 
     rng = np.random.default_rng(0)
@@ -170,7 +171,8 @@ def test_weighted_variance_bound_holds_and_improves_on_the_ball():
     def weighted(X: np.ndarray, P: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         variance = float(P @ np.sum((X - P @ X) ** 2, axis=1))
         spread = np.max(np.sum((X[:, None] - X[None]) ** 2, axis=-1), axis=0)
-        bound = _weighted_variance(np.zeros((1, len(P))), np.ones((1, len(P))), np.array([R * R]), spread)[0]
+        bound = _weighted_variance(np.zeros((1, len(P))), np.ones((1, len(P))), np.array([R * R]), spread,
+                                   np.array(R * R) if with_norm else None)[0]
         return P * variance, bound
 
     for _ in range(2000):
@@ -181,7 +183,7 @@ def test_weighted_variance_bound_holds_and_improves_on_the_ball():
     u = np.array([1.0, 0.0, 0.0])
     value, bound = weighted(np.stack([R * u, -R * u]), np.array([2 / 3, 1 / 3]))
     assert value[0] == pytest.approx(16 / 27 * R * R, rel=1e-12)
-    assert value[0] <= bound[0] <= 0.75 * R * R * (1 + 1e-11)
+    assert value[0] <= bound[0] <= (16 / 27 if with_norm else 0.75) * R * R * (1 + 1e-11)
 
 
 # --- domains -----------------------------------------------------------------------------------------------

@@ -39,7 +39,7 @@ from ._eps_ball import applies as eps_ball_applies
 from ._eps_ball import eps_ball_ascent
 from ._domains import cpu64, natural_scale, project, starting_points, symmetric
 from ._objectives import PowerIteration, dense_norm, row_block, row_inf_norm
-from ._starts import castin_starts, directions, lemma_starts
+from ._starts import castin_starts, directions, lemma_starts, rank_one_starts
 
 DENSE_TWO_NORM = 64
 FREE_BATCH_ENTRIES = 2**22  # cap on restarts * (N D)^2 in the free phase, so one step stays short at large N
@@ -259,11 +259,15 @@ def _cluster_phase(w: AttentionWeights, N: int, norm: str, domain: Domain, resta
 
 def _free_starts(w64: AttentionWeights, N: int, domain: Domain, restarts: int, generator: torch.Generator,
                  seeds: list[torch.Tensor], scale: float, found: torch.Tensor) -> torch.Tensor:
-    """The seed inputs first (exact, then jittered), then a quarter structured (Lemma for L2, Castin for DP),
-    then random. Seeds are the cluster witnesses, the eps-ball centre (the data point) and the caller's starts."""
+    """The seed inputs first (exact, then jittered), then a quarter structured (Lemma for L2; Castin and the
+    rank-one starts for DP, `_starts`), then random. Seeds are the cluster witnesses, the eps-ball centre (the data point) and the caller's starts."""
     structured = max(2, restarts // 4)
     if isinstance(domain, EpsBall) or N < 2:
         special = starting_points(w64, N, domain, structured, generator, scale=scale)
+    elif w64.kind == "dp" and N >= 3:  # Castin, and up to 6 per head for the structured bound's rank-one term
+        special = torch.cat([castin_starts(w64, N, domain, structured - structured // 2, generator, found, scale),
+                             rank_one_starts(w64, N, domain, min(6 * w64.H, max(1, restarts // 3)), generator,
+                                             scale)])
     elif w64.kind == "dp":
         special = castin_starts(w64, N, domain, structured, generator, found, scale)
     else:

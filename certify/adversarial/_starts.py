@@ -7,6 +7,12 @@
   A = W^Q W^K^T / sqrt(d), which attains their sqrt(N) order on the ball of radius R; and Theorem 3.1's
   X = [0; R u; -R u; ...] (row 0 of the softmax uniform, d f_0 / d x_0 = 1/N + a Var(x), quadratic in R).
   Every other start is the Theorem 3.1 one.
+- DP, the rank-one term of the structured bound (`bounds/local/_structured.py`), ||W_VO|| (sum_i P_il Var_i
+  ||w_i||^2)^(1/2): every query at x* = R a with ||w|| = ||B x* + W^K b^Q / sqrt(d)|| large (B = W^K W^Q^T /
+  sqrt(d); a the top right singular vector of B, either sign, whichever scores itself lower) and two tokens far
+  apart along u (the value map's top direction, orthogonal to w) that every query scores above itself, so each
+  query splits its attention between them: P Var large, along the direction W_V W^O_h magnifies. On the trained
+  digits ViT layer's LayerNorm ball (D = 48, N = 17): 406.8 from such a start, against 328 from the others.
 """
 
 from __future__ import annotations
@@ -89,3 +95,35 @@ def castin_starts(weights: AttentionWeights, N: int, domain: Domain, count: int,
     if isinstance(domain, EpsBall):
         return project(domain.center.to(device="cpu", dtype=torch.float64).expand_as(X).clone(), domain)
     return project(X, domain)
+
+
+def rank_one_starts(weights: AttentionWeights, N: int, domain: Domain, count: int,
+                    generator: torch.Generator, scale: float | None = None) -> torch.Tensor:
+    """(count, N, D), DP with N >= 3: tokens 2.. (the queries) at x* = R a, tokens 0 and 1 at R (cos phi w^ +- sin phi u)
+    (module docstring), head by head; a = +-v (v the top right singular vector of B: the largest ||w||) or the
+    lowest eigenvector of sym(B), u the first or second left singular vector of W_V W^O_h made orthogonal to w;
+    cos phi puts the two tokens' scores ln N + 6 above the queries' own, so each query's attention splits between
+    them. Plus 1% noise; projected onto the domain (R = its radius, else the natural scale)."""
+    w = cpu64(weights)
+    R = domain.radius if isinstance(domain, Ball) else (natural_scale(w) if scale is None else scale)
+    starts = []
+    for k in range(count):
+        h, variant = k % w.H, (k // w.H) % 6
+        B = w.W_K[h] @ w.W_Q[h].T / math.sqrt(w.d)
+        if variant % 3 == 2:
+            a = torch.linalg.eigh(0.5 * (B + B.T))[1][:, 0]
+        else:
+            a = torch.linalg.svd(B)[2][0] * (1.0 if variant % 3 == 0 else -1.0)
+        x = R * a
+        query = B @ x + (0.0 if w.b_Q is None else w.W_K[h] @ w.b_Q[h] / math.sqrt(w.d))
+        w_hat = query / query.norm().clamp_min(1e-300)
+        u = torch.linalg.svd(w.W_V[h] @ w.W_O_head(h))[0][:, min(variant // 3, w.D - 1)]
+        u = u - (u @ w_hat) * w_hat
+        u = u / u.norm().clamp_min(1e-300)
+        cos_phi = (math.log(N) + 6.0 + float(query @ x)) / max(R * float(query.norm()), 1e-300)
+        cos_phi = cos_phi if -1.0 < cos_phi < 1.0 else 0.0
+        sin_phi = math.sqrt(1.0 - cos_phi**2)
+        X = x.repeat(N, 1)
+        X[0], X[1] = R * (cos_phi * w_hat + sin_phi * u), R * (cos_phi * w_hat - sin_phi * u)
+        starts.append(X + 0.01 * R * torch.randn(N, w.D, generator=generator, dtype=torch.float64))
+    return project(torch.stack(starts), domain)

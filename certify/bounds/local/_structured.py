@@ -25,8 +25,9 @@ V >= max_i sum_l P_il ||x_l - xbar_i||^2 (>= ||Cov_i||_2):
   <= V kappa with kappa = max_u ||M u|| ||B^T u|| <= ||M|| ||B|| (M = (W_V W^O_h)^T, or W_V^T in the second
   form; `pair_product_upper` bounds kappa, exactly up to rounding; on the trained digits ViT layer kappa is 0.60
   to 0.63 of ||M|| ||B||). (2) In the rank-one part, P_il Var_i <= min(P_il V_i, P_il (1 - P_il) S_l) with
-  S_l >= max_k ||x_k - x_l||^2 (the variance about x_l), bounded over the box's range of P_il
-  (`_weighted_variance`: 3/4 R^2 instead of R^2 on Ball(R)). V <= max_l sup ||x_l - m||^2 over the box for any fixed m
+  S_l >= max_k ||x_k - x_l||^2 (the variance about x_l), and P_il Var_i <= rho^2 g(P_il) with rho >= every
+  token's norm, bounded over the box's range of P_il (`_weighted_variance`: 16/27 R^2 instead of R^2 on Ball(R),
+  attained). V <= max_l sup ||x_l - m||^2 over the box for any fixed m
   (the weighted variance is at most the weighted second moment about m); we take m = 0 (then V <= R^2 on Ball(R))
   and m = the centre of the tokens' hull. Per query, V_i <= sum_l P_hi[i, l] sup ||x_l - m_i||^2 with m_i the
   centre of xbar_i's enclosure, and keeping the Cauchy-Schwarz step per i gives
@@ -266,20 +267,32 @@ def _p_max(N: int, logit_range: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + (N - 1) * low) * (1 + 1e-14)
 
 
-def _weighted_variance(P_lo: np.ndarray, P_hi: np.ndarray, V_i: np.ndarray, spread: np.ndarray) -> np.ndarray:
+def _weighted_variance(P_lo: np.ndarray, P_hi: np.ndarray, V_i: np.ndarray, spread: np.ndarray,
+                       norm2: np.ndarray | None = None) -> np.ndarray:
     """[i, l] >= P_il Var_i for P_il in [P_lo, P_hi], Var_i <= V_i (the query's weighted variance) and
     Var_i <= (1 - P_il) S_l, S_l = spread[l] >= max_k ||x_k - x_l||^2 (the variance is at most the weighted second
     moment about x_l, to which x_l itself adds nothing). So P_il Var_i <= f(P_il), f(p) = min(p V, p (1 - p) S),
     which is at most each of: P_hi V; S max p (1 - p) over [P_lo, P_hi]; and f's maximum over [0, 1],
-    V (1 - V / S) at p = 1 - V / S when 2 V <= S, else S / 4 at p = 1 / 2. On a ball of radius R (V = R^2,
-    S = 4 R^2, P in [0, 1]) that is 3/4 R^2 instead of R^2. Rounded up by a relative 1e-12 (a few operations on
-    nonnegative floats)."""
+    V (1 - V / S) at p = 1 - V / S when 2 V <= S, else S / 4 at p = 1 / 2.
+
+    With ``norm2`` (...,) >= every ||x_k||^2 (rho^2; on Ball(R), R^2): write the row as mass p at x_l and 1 - p on
+    the others, of mean y (||y|| = s <= rho) and variance W <= rho^2 - s^2 (their second moment about 0 is at most
+    rho^2); then Var_i = p (1 - p) ||x_l - y||^2 + (1 - p) W <= p (1 - p) (rho + s)^2 + (1 - p)(rho^2 - s^2), and
+    the largest value over s gives P_il Var_i <= rho^2 g(p), g(p) = p for p <= 1/2 and 4 p^2 (1 - p) above
+    (s = rho there), increasing up to p = 2/3 and decreasing after: at most rho^2 g(clip(2/3, P_lo, P_hi)), 16/27
+    rho^2 on a ball (attained by mass 2/3 on rho u and 1/3 on -rho u) instead of R^2. Rounded up by a relative
+    1e-12 (a few operations on nonnegative floats; g is flat at 2/3, so the rounding of 2/3 costs nothing)."""
     V = V_i[..., :, None]
     S = spread[..., None, :]
     p = np.clip(0.5, P_lo, P_hi)
     ratio = np.divide(V, S, out=np.ones(np.broadcast_shapes(V.shape, S.shape)), where=S > 0)
     peak = np.where(2 * V <= S, V * (1 - ratio), 0.25 * S)
-    return np.minimum(np.minimum(P_hi * V, p * (1 - p) * S), peak) * (1 + 1e-12)
+    bound = np.minimum(np.minimum(P_hi * V, p * (1 - p) * S), peak)
+    if norm2 is not None:
+        q = np.clip(2.0 / 3.0, P_lo, P_hi)
+        g = np.where(q <= 0.5, q, 4.0 * q * q * (1.0 - q))
+        bound = np.minimum(bound, g * norm2[..., None, None])
+    return bound * (1 + 1e-12)
 
 
 def _largest_distances(X: Interval, dX: Interval | None, token_norm: np.ndarray) -> np.ndarray:
@@ -343,7 +356,7 @@ def dp_structured_bound(X: Interval, w: _Weights, k: StructuredConstants, radius
         w_i = np.sqrt(np.sum(Kq.mag**2, axis=-1)) * inv_sqrt_d * (1 + 1e-12)  # (..., N)
         w_i = np.minimum(w_i, w_max[..., None])
         P_lo = np.zeros_like(P_hi) if not scores else np.minimum(P.lo, P_hi)
-        weighted = _weighted_variance(P_lo, P_hi, V_i, spread)
+        weighted = _weighted_variance(P_lo, P_hi, V_i, spread, token_norm**2 * (1 + 1e-15))
         T3 = np.sqrt(np.max(np.sum(weighted * (w_i**2)[..., :, None], axis=-2), axis=-1) * (1 + 1e-12))
         T3 = np.minimum(T3, np.sqrt(V * c) * w_max)
         VO_B = k.VO_B[h] if k.VO_B else k.VO[h] * k.B[h]
