@@ -51,7 +51,8 @@ from ._domain import initial_box, shrink, split
 from ._enclosure import _Weights, jacobian_enclosure, mean_value_enclosure, numpy_weights
 from ._taylor import MEMORY_LIMIT, interval_norm2_upper, memory_estimate, taylor_box_bounds
 from ._simplex import dp_inf_norm_bounds, dp_simplex_jacobian_enclosure
-from ._structured import StructuredConstants, dp_structured_bound, l2_structured_bound, structured_constants
+from ._structured import (StructuredConstants, dp_structured_bound, dp_structured_inf_bound, l2_structured_bound,
+                          structured_constants)
 from ._vertex import vertex_bounds
 
 
@@ -128,7 +129,8 @@ def box_enclosure(boxes: Interval, weights, enclosure: str) -> Interval:
 
 def structured_box_bound(boxes: Interval, nw, constants, N: int, norm: str, radius: float | None,
                          scores: bool = True) -> np.ndarray:
-    """The norm-based bound of `_structured` per box (2-norm; times sqrt(N D) for the inf-norm), inf where it is below
+    """The norm-based bound of `_structured` per box (2-norm; for the inf-norm times sqrt(N D), or for DP
+    `dp_structured_inf_bound` where smaller), inf where it is below
     TAU = 2^-900; scores=False: without the interval softmax (O(N D + N^2) memory)."""
     if nw.kind == "dp":
         value = dp_structured_bound(boxes, nw, constants, radius, scores=scores)
@@ -136,6 +138,8 @@ def structured_box_bound(boxes: Interval, nw, constants, N: int, norm: str, radi
         value = l2_structured_bound(boxes, nw, constants, N, radius, scores=scores)
     if norm == "inf":
         value = value * math.sqrt(N * nw.D) * (1 + 1e-12)
+        if nw.kind == "dp":
+            value = np.minimum(value, dp_structured_inf_bound(boxes, nw, constants, radius, scores=scores))
     # its float products carry no absolute error term: a value this small may have underflowed (weights of 1e-300
     # gave 0.0 for a Jacobian of 1e-600), so it is not used; the enclosures' norms, outward rounded, decide there
     return np.where(value >= TAU, value, math.inf)
