@@ -5,6 +5,7 @@ where they run, the best attained lower bound, their ratio, seconds and the proc
     python benchmarks/local_realistic.py [--sizes 48,64,256,768] [--eps 1e-3,1e-2,1e-1] [--norms 2,inf]
                                          [--budget 20] [--tokens N] [--json out.json]
     python benchmarks/local_realistic.py --sizes 48 --tokens 5 --no-ln-ball   # where auto_LiRPA runs (N D = 240)
+    python benchmarks/local_realistic.py --sizes 48,64 --eps '' --no-lirpa   # the LayerNorm ball rows only
 
 Layers: attention layer 0 of the digits vision transformer (`certify.experiments.train_digits_transformer`, N = 17
 tokens, q/k/v/out biases) trained here at D = 48 (H = 3), 64 (H = 4) and 256 (H = 8); at D = 768 (H = 12, N = 128,
@@ -96,7 +97,7 @@ def run_row(layer, X0: torch.Tensor, domain, norm: str, budget: float, lirpa: bo
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="48,64,256,768", help="embedding sizes D (from 48, 64, 256, 768)")
-    parser.add_argument("--eps", default="1e-3,1e-2,1e-1", help="l_inf eps-ball radii around X0")
+    parser.add_argument("--eps", default="1e-3,1e-2,1e-1", help="l_inf eps-ball radii around X0 ('' for none)")
     parser.add_argument("--norms", default="2,inf")
     parser.add_argument("--no-ln-ball", action="store_true", help="skip the LayerNorm ball rows")
     parser.add_argument("--budget", type=float, default=20.0, help="time budget of each searching method (s)")
@@ -112,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         layer, X0, radius, description = trained_layer(D)
         X0 = X0 if args.tokens is None else X0[:args.tokens]
         print(f"<!-- D = {D}: {description}; N = {X0.shape[0]}, R_LN = {radius:.4g} -->", flush=True)
-        domains = [EpsBall(X0.double(), float(eps), "inf") for eps in args.eps.split(",")]
+        domains = [EpsBall(X0.double(), float(eps), "inf") for eps in args.eps.split(",") if eps]
         if not args.no_ln_ball:
             domains.append(Ball(radius))
         for domain in domains:
