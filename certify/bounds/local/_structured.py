@@ -92,44 +92,50 @@ def product_norm_upper(*matrices: np.ndarray) -> float:
 
 def pair_product_upper(left: tuple[np.ndarray, np.ndarray], right: tuple[np.ndarray, np.ndarray]) -> float:
     """Proven upper bound on max over unit u of ||L u|| ||R u||, L = L_1 L_2 and R = R_1 R_2 (float64 factors taken
-    as exact; L_2 and R_2 have the same number of columns). Never above ||L|| ||R|| (`product_norm_upper`).
+    as exact; L_1 is m x k, L_2 k x n, R_1 p x q, R_2 q x n). Callers also have ||L|| ||R||, the other bound.
 
     For every a > 0, ||L u|| ||R u|| <= (a^2 ||L u||^2 + ||R u||^2 / a^2) / 2 = ||[a L; R / a] u||^2 / 2 (AM-GM),
-    and [a L; R / a] = blockdiag(a L_1, R_1 / a) [L_2; R_2]. The blocks are formed in float, fl(a L_1) and
-    fl(R_1 / a), each entry within 2 u |fl(.)| + ETA of the exact one (one rounding, u = 2^-53; ETA covers
-    underflow), a perturbation E with ||E [L_2; R_2]|| <= ||E||_F ||[L_2; R_2]||_F. a is chosen numerically (golden
-    section on log a: the bound is the largest eigenvalue of a^2 L^T L + R^T R / a^2, convex in log a); any a is
-    sound. By Brickman's theorem (the joint numerical range of two quadratic forms is convex, D >= 3) the minimum
-    over a equals the maximum over u, so only the rounding and the search separate the bound from the exact value.
-    """
+    and [a L; R / a] = M Z with M = blockdiag(a L_1, R_1 / a), Z = [L_2; R_2]. a is chosen numerically: ||M Z||^2 is
+    the largest eigenvalue of (M^T M)(Z Z^T), (k + q) x (k + q), convex in log a (golden section). Then, for the
+    float matrices M~ = fl(M) (each entry one rounding: |M - M~| <= 2u |M~| + ETA) and A = fl(M~ Z) (|M~ Z - A| <=
+    gamma_{k+q+2} |M~| |Z| + ETA): ||M Z|| <= `gram_norm2_upper`(A) + ||E||_F, ||E||_F bounded by (gamma + 2u)
+    ||M~||_F ||Z||_F (1 + gamma) + ETA (m + p) n, all rounded up. By Brickman's theorem (the joint numerical range
+    of two quadratic forms is convex for n >= 3) the minimum over a equals the maximum over u, so only the
+    rounding and the search separate the bound from the exact value."""
     (L1, L2), (R1, R2) = left, right
-    plain = _mul_up(product_norm_upper(L1, L2), product_norm_upper(R1, R2))
-    L, R = L1 @ L2, R1 @ R2
-    nL, nR = np.linalg.norm(L, 2), np.linalg.norm(R, 2)
-    if not (nL > 0 and nR > 0 and math.isfinite(nL * nR)):
-        return plain
-    stacked = np.vstack([L2, R2])
+    Z = np.vstack([L2, R2])
+    G = Z @ Z.T
+    A1, B1 = L1.T @ L1, R1.T @ R1
+    k = L1.shape[1]
 
     def estimate(log_a: float) -> float:
-        a = math.exp(log_a)
-        return float(np.linalg.norm(np.vstack([a * L, R / a]), 2))
+        C = np.zeros_like(G)
+        C[:k, :k], C[k:, k:] = math.exp(2 * log_a) * A1, math.exp(-2 * log_a) * B1
+        return float(np.max(np.linalg.eigvals(C @ G).real))
 
-    low, high = 0.5 * math.log(nR / nL) - 3.0, 0.5 * math.log(nR / nL) + 3.0
-    golden = (math.sqrt(5) - 1) / 2
-    for _ in range(30):
-        left_point, right_point = high - golden * (high - low), low + golden * (high - low)
-        if estimate(left_point) <= estimate(right_point):
-            high = right_point
-        else:
-            low = left_point
-    a = math.exp(0.5 * (low + high))
-    blocks = np.zeros((L1.shape[0] + R1.shape[0], L1.shape[1] + R1.shape[1]))
-    blocks[: L1.shape[0], : L1.shape[1]] = a * L1
-    blocks[L1.shape[0]:, L1.shape[1]:] = R1 / a
-    frobenius = lambda M: float(up(math.sqrt(float(sum_up(up(M * M))))))  # noqa: E731
-    perturbation = up(up(2.0**-52 * frobenius(blocks)) + up(ETA * blocks.size)) * frobenius(stacked)
-    norm = float(up(product_norm_upper(blocks, stacked) + perturbation))
-    return min(plain, float(up(0.5 * up(norm * norm))))
+    nL, nR = float(np.trace(A1 @ G[:k, :k])), float(np.trace(B1 @ G[k:, k:]))  # ||L||_F^2, ||R||_F^2
+    log_a = 0.0
+    if nL > 0 and nR > 0 and math.isfinite(nL * nR):  # the optimum is near a^4 = ||R||^2 / ||L||^2
+        low, high = 0.25 * math.log(nR / nL) - 6.0, 0.25 * math.log(nR / nL) + 6.0
+        golden = (math.sqrt(5) - 1) / 2
+        for _ in range(40):
+            left_point, right_point = high - golden * (high - low), low + golden * (high - low)
+            if estimate(left_point) <= estimate(right_point):
+                high = right_point
+            else:
+                low = left_point
+        log_a = 0.5 * (low + high)
+    a = math.exp(log_a)
+    M = np.zeros((L1.shape[0] + R1.shape[0], k + R1.shape[1]))
+    M[: L1.shape[0], :k] = a * L1
+    M[L1.shape[0]:, k:] = R1 / a
+    with np.errstate(under="ignore"):
+        product = M @ Z
+    frobenius = lambda X: float(up(math.sqrt(float(sum_up(up(X * X))))))  # noqa: E731
+    g = gamma(M.shape[1] + 2) + 2.0**-52
+    error = up(up(up(g * (1 + g)) * frobenius(M)) * frobenius(Z)) + up(ETA * (M.shape[0] + 1) * (Z.shape[1] + 1))
+    norm = float(up(gram_norm2_upper(product) + error))
+    return float(up(0.5 * up(norm * norm)))
 
 
 GRAM_DIMENSION = 256
