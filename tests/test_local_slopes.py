@@ -194,3 +194,37 @@ def test_the_building_blocks_enclose_their_values_over_the_box(problem, eps):
             for name, (enclosure, value) in values.items():
                 slack = 1e-12 * (1 + np.abs(value).max())
                 assert np.all(enclosure.lo - slack <= value) and np.all(value <= enclosure.hi + slack), name
+
+
+@settings(max_examples=25, deadline=None)
+@given(biased_dp_layers(), st.sampled_from([1e-3, 1e-2, 0.3]), st.integers(0, 2**31 - 1), st.booleans())
+def test_weighted_slopes_bound_directional_derivatives_over_the_box(problem, eps, seed, exact_diagonal):
+    """dp_slopes(..., weights=q): |dJ(xi)[v]| <= S entrywise for xi at the box's vertices and random points and v
+    with |v| <= q (the signs of q, and random), and S is linear in q: S(q) at q = the half-widths is the plain S."""
+    weights, X0 = problem
+    x0 = X0.numpy()
+    rng = np.random.default_rng(seed)
+    box = Interval(x0 - eps, x0 + eps)
+    nw = numpy_weights(weights)
+    q = rng.uniform(0, 2 * eps, x0.shape) * rng.choice([0.0, 1.0], x0.shape, p=[0.2, 0.8])
+    S = dp_slopes(box, x0, nw, exact_diagonal=exact_diagonal, weights=q)
+    for _ in range(4):
+        xi = x0 + eps * rng.choice([-1.0, 1.0], x0.shape) * rng.uniform(0, 1) ** 0.2
+        v = q * rng.choice([-1.0, 1.0], x0.shape) * (rng.uniform(0, 1, x0.shape) if rng.uniform() < 0.3 else 1.0)
+        derivative = torch.func.jvp(lambda Y: jacobian(Y[None], weights)[0], (torch.from_numpy(xi),),
+                                    (torch.from_numpy(v),))[1].numpy()
+        assert np.all(np.abs(derivative) <= S + 1e-12 * (1 + np.abs(derivative).max()))
+    plain = dp_slopes(box, x0, nw, exact_diagonal=exact_diagonal)
+    same = dp_slopes(box, x0, nw, exact_diagonal=exact_diagonal, weights=np.full(x0.shape, eps))
+    assert np.allclose(same, plain, rtol=1e-9, atol=0)
+    double = dp_slopes(box, x0, nw, exact_diagonal=exact_diagonal, weights=2 * q)
+    assert np.allclose(double, 2 * S, rtol=1e-9, atol=1e-300)
+
+
+def test_weighted_slopes_reject_bad_weights():
+    weights = random_weights("dp", 1, 2, D=3, seed=0)
+    x0 = np.zeros((2, 3))
+    box = Interval(x0 - 0.1, x0 + 0.1)
+    for bad in (np.ones((3, 2)), -np.ones((2, 3)), np.full((2, 3), np.nan)):
+        with pytest.raises(ValueError):
+            dp_slopes(box, x0, numpy_weights(weights), weights=bad)

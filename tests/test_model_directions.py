@@ -297,3 +297,36 @@ def test_a_dropped_movement_product_is_caught(monkeypatch):
         attained = max(jacobian_norm(model, x, "inf") for x in [x0] + sample_ball(x0, 0.1, "inf", 16, seed))
         broken += attained > value
     assert broken >= 1
+
+
+def test_split_directions_bound_the_movement_and_tighten(monkeypatch):
+    """The DP block's directions split into their midpoints and the rest (`_split_directions`: the rest by the
+    weighted coordinate slopes) are in use on the embedded model, bound |J_f(y(x)) - A| at sampled x, and give a
+    smaller whole-model bound than the interval directions (`direction_remainder_times` on [m - q, m + q])."""
+    calls = []
+    original = _jacobian_chain._split_directions
+
+    def spy(*args, **kwargs):
+        out = original(*args, **kwargs)
+        calls.append(out is not None)
+        return out
+
+    monkeypatch.setattr(_jacobian_chain, "_split_directions", spy)
+    for seed in range(3):
+        deviation, delta, product_deviation, product = attention_deviation(monkeypatch, 1.0, seed, 1e-2)
+        assert np.all(deviation <= delta) and np.all(product_deviation <= product)
+        monkeypatch.undo()
+        monkeypatch.setattr(_jacobian_chain, "_split_directions", spy)
+    assert calls and all(calls)
+    model = embedded_model(1)
+    x0 = torch.randn(3, 2, generator=torch.Generator().manual_seed(1), dtype=F64)
+    monkeypatch.setattr(_jacobian_chain, "DIRECTIONS_FROM", 0.0)
+    split = model_enclosure(model, x0, 1e-2, "inf").lipschitz("inf")
+    def interval_directions(box, c, w, directions, radii, norm, right, u, chunk, workers):
+        return direction_remainder_times(box, w, directions, radii, norm, right, spread=u, chunk=chunk,
+                                         workers=workers)
+
+    monkeypatch.setattr(_jacobian_chain, "_split_directions", interval_directions)
+    interval_only = model_enclosure(model, x0, 1e-2, "inf").lipschitz("inf")
+    attained = max(jacobian_norm(model, x, "inf") for x in [x0] + sample_ball(x0, 1e-2, "inf", 16, 1))
+    assert attained <= split < 0.9 * interval_only  # 40.6 against 48.4 when written

@@ -178,9 +178,13 @@ def _tighten(x: Interval, at_centre: Interval, slope: np.ndarray) -> Interval:
 
 
 def dp_slopes(box: Interval, centre: np.ndarray, w: _Weights, exact_diagonal: bool | None = None,
-              passes: int = 2, product_rule: bool | None = None, deadline: float | None = None) -> np.ndarray:
+              passes: int = 2, product_rule: bool | None = None, deadline: float | None = None,
+              weights: np.ndarray | None = None) -> np.ndarray:
     """S (N, D, N, D), nonnegative, with sum_m h_m |dJ[i, F, l, E]/dX_m(xi)| <= S[i, F, l, E] for every xi in the
-    box (N, D) of a DP layer, h_m = max(hi_m - centre_m, centre_m - lo_m) (module docstring).
+    box (N, D) of a DP layer, h_m = max(hi_m - centre_m, centre_m - lo_m) (module docstring), or with h = ``weights``
+    (N, D), nonnegative, where given: the box's half-widths still shape the enclosures of the building blocks (and
+    their refinement passes), and the weights enter only as the coefficients of the sums over m, in which every
+    slope below is linear (so S bounds sum_m weights_m |dJ/dX_m(xi)|, e.g. |dJ(xi)[v]| for any |v| <= weights).
 
     passes: after each pass but the last, the enclosures of P, v~ and A over the box are intersected with their
     mean-value forms Z(X0) +- S_Z (Z(X0) enclosed at the point), and the slopes are computed again from them.
@@ -191,6 +195,8 @@ def dp_slopes(box: Interval, centre: np.ndarray, w: _Weights, exact_diagonal: bo
     if centre.shape != (N, D) or np.any(centre < box.lo) or np.any(centre > box.hi):
         raise ValueError(f"the centre must be an ({N}, {D}) point of the box")
     h = half_widths(box, centre)
+    if weights is not None and (weights.shape != (N, D) or np.any(weights < 0) or not np.all(np.isfinite(weights))):
+        raise ValueError(f"weights must be finite, nonnegative, of shape {(N, D)}")
     if exact_diagonal is None:
         exact_diagonal = N * D**3 <= EXACT_DIAGONAL_MAX
     if product_rule is None:
@@ -214,9 +220,12 @@ def dp_slopes(box: Interval, centre: np.ndarray, w: _Weights, exact_diagonal: bo
         for _ in range(passes - 1):
             blocks = _slopes(_tighten(blocks.P, P0, blocks.S_P), k_tilde, _tighten(blocks.v_tilde, v0, blocks.S_v),
                              b, _tighten(blocks.A, A0, blocks.S_A), M, WVO, sigma, h, exact_diagonal)
+        if weights is not None:  # the same (tightened) enclosures, the sums over m weighted by ``weights``
+            blocks = _slopes(blocks.P, k_tilde, blocks.v_tilde, b, blocks.A, M, WVO, sigma, weights, exact_diagonal)
         P, v_tilde, A, S_P, S_v, S_A = blocks.P, blocks.v_tilde, blocks.A, blocks.S_P, blocks.S_v, blocks.S_A
         P_mag, b_mag = P.mag, b.mag
-        S_b = _weighted(h[:, None, :], M.mag[None], (2,))  # S_b[i, E] = sum_r h_ir |M[E, r]|
+        coefficients = h if weights is None else weights
+        S_b = _weighted(coefficients[:, None, :], M.mag[None], (2,))  # S_b[i, E] = sum_r h_ir |M[E, r]|
         # assemble [i, F, l, E]
         first_term = _mul(S_P[:, None, :, None], (WVO.swapaxes(0, 1).expand(0).expand(2)
                                                   + (v_tilde.swapaxes(1, 2).expand(-1) * b.expand(1).expand(1))
@@ -226,7 +235,7 @@ def dp_slopes(box: Interval, centre: np.ndarray, w: _Weights, exact_diagonal: bo
         head_slope = _add(first_term, second_term, third_term)
         # the product rule on P_il v~_il as one factor (N^3 D^2 work): often tighter; both bound the slope
         if product_rule:
-            S_Pv = _product_slope(P, k_tilde, v_tilde, b, A, WVO, sigma, h)
+            S_Pv = _product_slope(P, k_tilde, v_tilde, b, A, WVO, sigma, coefficients)
             split = _add(_mul(S_P[:, None, :, None], WVO.mag.T[None, :, None, :]),
                          _mul(np.full(1, s), S_Pv.swapaxes(1, 2)[..., None], b_mag[:, None, None, :]), third_term)
             head_slope = np.minimum(head_slope, split)
