@@ -117,19 +117,24 @@ def embedded_model(seed: int, N: int = 3, K: int = 2, D: int = 8, H: int = 2, sc
     return Model((embed,) + encoder.blocks + (Pool("mean"), head), (N, K))
 
 
-def spy_on_directions(monkeypatch) -> list[bool]:
-    """Record, per unmasked attention block, whether `directional_bounds` gave a bound."""
-    calls: list[bool] = []
-    original = _jacobian_chain.directional_bounds
+def spy_on(monkeypatch, name: str, calls: list[bool] | None = None) -> list[bool]:
+    """Record in ``calls`` (a new list if None), per call of `_jacobian_chain.<name>`, whether it gave a bound."""
+    calls = [] if calls is None else calls
+    original = getattr(_jacobian_chain, name)
 
     def spy(*args, **kwargs):
         out = original(*args, **kwargs)
         calls.append(out is not None)
         return out
 
-    monkeypatch.setattr(_jacobian_chain, "directional_bounds", spy)
-    monkeypatch.setattr(_jacobian_chain, "DIRECTIONS_FROM", 0.0)  # on every attention block, whatever its Delta
+    monkeypatch.setattr(_jacobian_chain, name, spy)
     return calls
+
+
+def spy_on_directions(monkeypatch) -> list[bool]:
+    """Record, per unmasked attention block, whether `directional_bounds` gave a bound."""
+    monkeypatch.setattr(_jacobian_chain, "DIRECTIONS_FROM", 0.0)  # on every attention block, whatever its Delta
+    return spy_on(monkeypatch, "directional_bounds")
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow,
@@ -303,20 +308,12 @@ def test_split_directions_bound_the_movement_and_tighten(monkeypatch):
     """The DP block's directions split into their midpoints and the rest (`_split_directions`: the rest by the
     weighted coordinate slopes) are in use on the embedded model, bound |J_f(y(x)) - A| at sampled x, and give a
     smaller whole-model bound than the interval directions (`direction_remainder_times` on [m - q, m + q])."""
-    calls = []
-    original = _jacobian_chain._split_directions
-
-    def spy(*args, **kwargs):
-        out = original(*args, **kwargs)
-        calls.append(out is not None)
-        return out
-
-    monkeypatch.setattr(_jacobian_chain, "_split_directions", spy)
+    calls: list[bool] = []
     for seed in range(3):
+        spy_on(monkeypatch, "_split_directions", calls)
         deviation, delta, product_deviation, product = attention_deviation(monkeypatch, 1.0, seed, 1e-2)
         assert np.all(deviation <= delta) and np.all(product_deviation <= product)
         monkeypatch.undo()
-        monkeypatch.setattr(_jacobian_chain, "_split_directions", spy)
     assert calls and all(calls)
     model = embedded_model(1)
     x0 = torch.randn(3, 2, generator=torch.Generator().manual_seed(1), dtype=F64)
