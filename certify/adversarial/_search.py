@@ -260,7 +260,8 @@ def _cluster_phase(w: AttentionWeights, N: int, norm: str, domain: Domain, resta
 def _free_starts(w64: AttentionWeights, N: int, domain: Domain, restarts: int, generator: torch.Generator,
                  seeds: list[torch.Tensor], scale: float, found: torch.Tensor) -> torch.Tensor:
     """The seed inputs first (exact, then jittered), then a quarter structured (Lemma for L2; Castin and the
-    rank-one starts for DP, `_starts`), then random. Seeds are the cluster witnesses, the eps-ball centre (the data point) and the caller's starts."""
+    rank-one starts for DP, `_starts`), then random. Seeds are the cluster witnesses, the eps-ball centre (the data
+    point) and the caller's starts."""
     structured = max(2, restarts // 4)
     if isinstance(domain, EpsBall) or N < 2:
         special = starting_points(w64, N, domain, structured, generator, scale=scale)

@@ -30,10 +30,12 @@ V >= max_i sum_l P_il ||x_l - xbar_i||^2 (>= ||Cov_i||_2):
   attained).
 
   The inf-norm from the same parts, row by row (`dp_structured_inf_bound`): ||WVO[:, F]||_1 + ||WVO[:, F]||_2
-  (||w_i||_1 Var_i^(1/2) + beta Var_i) per head and row (i, F), with no sqrt(N D) factor. V <= max_l sup ||x_l - m||^2 over the box for any fixed m
-  (the weighted variance is at most the weighted second moment about m); we take m = 0 (then V <= R^2 on Ball(R))
-  and m = the centre of the tokens' hull. Per query, V_i <= sum_l P_hi[i, l] sup ||x_l - m_i||^2 with m_i the
-  centre of xbar_i's enclosure, and keeping the Cauchy-Schwarz step per i gives
+  (||w_i||_1 Var_i^(1/2) + beta Var_i) per head and row (i, F), with no sqrt(N D) factor.
+
+  V <= max_l sup ||x_l - m||^2 over the box for any fixed m (the weighted variance is at most the weighted second
+  moment about m); we take m = 0 (then V <= R^2 on Ball(R)) and m = the centre of the tokens' hull. Per query,
+  V_i <= sum_l P_hi[i, l] sup ||x_l - m_i||^2 with m_i the centre of xbar_i's enclosure, and keeping the
+  Cauchy-Schwarz step per i gives
   ||T|| <= ||W_V W^O_h|| (max_l sum_i P_hi[i, l] ||w_i||^2 V_i)^{1/2}; the smaller of the two forms is used.
 
 **Tied L2 head** with y = W_Q^T x, s = 1/sqrt(d) (`_enclosure.l2_jacobian_enclosure`):
@@ -99,9 +101,9 @@ def pair_product_upper(left: tuple[np.ndarray, np.ndarray], right: tuple[np.ndar
     the largest eigenvalue of (M^T M)(Z Z^T), (k + q) x (k + q), convex in log a (golden section). Then, for the
     float matrices M~ = fl(M) (each entry one rounding: |M - M~| <= 2u |M~| + ETA) and A = fl(M~ Z) (|M~ Z - A| <=
     gamma_{k+q+2} |M~| |Z| + ETA): ||M Z|| <= `gram_norm2_upper`(A) + ||E||_F, ||E||_F bounded by (gamma + 2u)
-    ||M~||_F ||Z||_F (1 + gamma) + ETA (m + p) n, all rounded up. By Brickman's theorem (the joint numerical range
-    of two quadratic forms is convex for n >= 3) the minimum over a equals the maximum over u, so only the
-    rounding and the search separate the bound from the exact value."""
+    ||M~||_F ||Z||_F (1 + gamma) + ETA (m + p + 1)(n + 1)(k + q + 1)(1 + ||Z||_F), all rounded up. By Brickman's
+    theorem (the joint numerical range of two quadratic forms is convex for n >= 3) the minimum over a equals the
+    maximum over u, so only the rounding and the search separate the bound from the exact value."""
     (L1, L2), (R1, R2) = left, right
     Z = np.vstack([L2, R2])
     G = Z @ Z.T
@@ -133,7 +135,8 @@ def pair_product_upper(left: tuple[np.ndarray, np.ndarray], right: tuple[np.ndar
         product = M @ Z
     frobenius = lambda X: float(up(math.sqrt(float(sum_up(up(X * X))))))  # noqa: E731
     g = gamma(M.shape[1] + 2) + 2.0**-52
-    error = up(up(up(g * (1 + g)) * frobenius(M)) * frobenius(Z)) + up(ETA * (M.shape[0] + 1) * (Z.shape[1] + 1))
+    size = (M.shape[0] + 1) * (Z.shape[1] + 1) * (M.shape[1] + 1)  # underflow: at most ETA per entry and term
+    error = up(up(up(g * (1 + g)) * frobenius(M)) * frobenius(Z)) + up(ETA * size * (1 + frobenius(Z)))
     norm = float(up(gram_norm2_upper(product) + error))
     return float(up(0.5 * up(norm * norm)))
 
