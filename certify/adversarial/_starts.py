@@ -100,8 +100,9 @@ def castin_starts(weights: AttentionWeights, N: int, domain: Domain, count: int,
 def rank_one_starts(weights: AttentionWeights, N: int, domain: Domain, count: int,
                     generator: torch.Generator, scale: float | None = None) -> torch.Tensor:
     """(count, N, D), DP with N >= 3: tokens 2.. (the queries) at x* = R a, tokens 0 and 1 at
-    R (cos phi w^ +- sin phi u) (module docstring), head by head; a = +-v (v the top right singular vector of B: the largest ||w||) or the
-    lowest eigenvector of sym(B), u the first or second left singular vector of W_V W^O_h made orthogonal to w;
+    R (cos phi w^ +- sin phi u) (module docstring), head by head; a = +-v (v the top right singular vector of B:
+    the largest ||w||) or the lowest eigenvector of sym(B), u the first or second left singular vector of
+    W_V W^O_h made orthogonal to w;
     cos phi puts the two tokens' scores ln N + 6 above the queries' own, so each query's attention splits between
     them. Plus 1% noise; projected onto the domain (R = its radius, else the natural scale)."""
     w = cpu64(weights)
