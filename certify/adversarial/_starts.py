@@ -107,18 +107,21 @@ def rank_one_starts(weights: AttentionWeights, N: int, domain: Domain, count: in
     them. Plus 1% noise; projected onto the domain (R = its radius, else the natural scale)."""
     w = cpu64(weights)
     R = domain.radius if isinstance(domain, Ball) else (natural_scale(w) if scale is None else scale)
+    found = directions(w)  # per head: the top and the lowest eigenvector of sym(B), without a D x D problem
+    geometry = {}
     starts = []
     for k in range(count):
         h, variant = k % w.H, (k // w.H) % 6
-        B = w.W_K[h] @ w.W_Q[h].T / math.sqrt(w.d)
-        if variant % 3 == 2:
-            a = torch.linalg.eigh(0.5 * (B + B.T))[1][:, 0]
-        else:
-            a = torch.linalg.svd(B)[2][0] * (1.0 if variant % 3 == 0 else -1.0)
+        if h not in geometry:
+            geometry[h] = (_top_singular(w.W_K[h], w.W_Q[h])[1], _top_singular(w.W_V[h], w.W_O_head(h).T, 2)[0])
+        right, left = geometry[h]
+        a = found[2 * h + 1] if variant % 3 == 2 else right[:, 0] * (1.0 if variant % 3 == 0 else -1.0)
         x = R * a
-        query = B @ x + (0.0 if w.b_Q is None else w.W_K[h] @ w.b_Q[h] / math.sqrt(w.d))
+        query = w.W_K[h] @ (w.W_Q[h].T @ x) / math.sqrt(w.d)
+        if w.b_Q is not None:
+            query = query + w.W_K[h] @ w.b_Q[h] / math.sqrt(w.d)
         w_hat = query / query.norm().clamp_min(1e-300)
-        u = torch.linalg.svd(w.W_V[h] @ w.W_O_head(h))[0][:, min(variant // 3, w.D - 1)]
+        u = left[:, min(variant // 3, left.shape[1] - 1)]
         u = u - (u @ w_hat) * w_hat
         u = u / u.norm().clamp_min(1e-300)
         cos_phi = (math.log(N) + 6.0 + float(query @ x)) / max(R * float(query.norm()), 1e-300)
@@ -128,3 +131,12 @@ def rank_one_starts(weights: AttentionWeights, N: int, domain: Domain, count: in
         X[0], X[1] = R * (cos_phi * w_hat + sin_phi * u), R * (cos_phi * w_hat - sin_phi * u)
         starts.append(X + 0.01 * R * torch.randn(N, w.D, generator=generator, dtype=torch.float64))
     return project(torch.stack(starts), domain)
+
+
+def _top_singular(F: torch.Tensor, G: torch.Tensor, k: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """The top k left and right singular vectors (D, k) of F G^T (F, G of shape (D, d)), from the d x d core of
+    F = Q_F R_F, G = Q_G R_G: F G^T = Q_F (R_F R_G^T) Q_G^T (no D x D decomposition; BERT size: milliseconds)."""
+    Q_F, R_F = torch.linalg.qr(F)
+    Q_G, R_G = torch.linalg.qr(G)
+    U, _, Vt = torch.linalg.svd(R_F @ R_G.T)
+    return Q_F @ U[:, :k], Q_G @ Vt[:k].T
