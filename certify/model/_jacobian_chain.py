@@ -51,7 +51,7 @@ import numpy as np
 from .._errors import InvalidInputError
 from ..bounds.local import numpy_weights
 from ..bounds.local._enclosure import jacobian_enclosure
-from ..bounds.local._slopes import EXACT_DIAGONAL_MAX
+from ..bounds.local._slopes import EXACT_DIAGONAL_MAX, dp_slopes
 from ..bounds.local._taylor import BYTES_PER_ENTRY as TAYLOR_BYTES_PER_ENTRY
 from ..bounds.local._taylor import MEMORY_LIMIT as TAYLOR_MEMORY_LIMIT
 from ..bounds.local._taylor import direction_remainder_times, gram_norm2_upper, nonnegative_norm2_upper
@@ -471,8 +471,6 @@ def _split_directions(box: Interval, c: np.ndarray, w, directions: Interval, rad
     derivative instead (on the digits ViT's last attention block at eps = 1e-4, error 44 against a midpoint of 63
     in row sums, which made T 76 there); the smaller of the two is kept entrywise by the caller's min with Delta.
     None where an enclosure is not finite."""
-    from ..bounds.local._slopes import dp_slopes
-
     mid = Interval(directions.mid, directions.mid.copy())
     bounds = direction_remainder_times(box, w, mid, radii, norm, right, spread=None, chunk=chunk, workers=workers)
     if bounds is None:

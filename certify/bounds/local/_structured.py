@@ -60,7 +60,7 @@ import numpy as np
 from ...interval import Interval, isum
 from ...sdp._floating import ETA, gamma, lambda_min_lower, norm2_upper, sum_up, up
 from ..closed_form import phi_inverse
-from ._enclosure import _Weights, dp_scores, l2_scores, point_einsum_any, token_differences
+from ._enclosure import _Weights, dp_scores, l2_scores, point_einsum, point_einsum_any, token_differences
 from .._rounding import Scaled, power_of_two_scaled, round_up
 
 
@@ -221,11 +221,9 @@ class StructuredConstants:
 
 
 def _magnitude_upper(A: np.ndarray, B: np.ndarray) -> np.ndarray:
-    """>= |A B| entrywise for float64 A (m, n), B (n, p) taken as exact: |fl(A B)| + gamma_{n+2} |A| |B| (the
-    magnitude product formed in float too, its own rounding covered by the factor 1 + gamma)."""
-    g = gamma(A.shape[1] + 2)
-    with np.errstate(under="ignore"):
-        return up(np.abs(A @ B) + up(g * (1 + g) * (np.abs(A) @ np.abs(B))) + ETA)
+    """>= |A B| entrywise for float64 A (m, n), B (n, p) taken as exact: the magnitude of `point_einsum`'s
+    outward-rounded enclosure of the product (scaled against underflow)."""
+    return point_einsum("mn,np->mp", Interval.point(A), B).mag
 
 
 def _norms_up(M: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
