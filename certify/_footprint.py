@@ -5,8 +5,10 @@ away a run that would have fitted; a run under the floor may still need several 
 intermediates). The closed forms (paper, factorised, castin) use O(H D d) memory whatever N is: they are the
 matrix-free path for long sequences.
 
-- local branch and bound (``bnb`` / ``sdp`` on a ball or eps-ball): its first step evaluates 64 dense Jacobians
-  of size (N D)^2 (`certify.bounds.local._search.local_bound`);
+- local branch and bound (``bnb`` / ``sdp`` on a ball or eps-ball): where N D <= DENSE_LOWER_COORDINATES its first
+  step evaluates 64 dense Jacobians of size (N D)^2 (`certify.bounds.local._search.local_bound`); above, it bounds
+  boxes by the structured norm bound alone once the entrywise enclosure and the interval softmax do not fit
+  (`_search._set_up`: O(N D + N^2) memory per box), so its floor is one box (2 N D floats);
 - global branch and bound: applies only for N <= 6 (cheap);
 - adversarial lower bound: the free phase runs ``max(2, min(restarts, FREE_BATCH_ENTRIES / (N D)^2))`` inputs at
   once, each with H attention matrices of N^2 entries (times d for L2 attention: the pairwise differences
@@ -20,6 +22,7 @@ import os
 from ._domain import Domain, Global
 from ._errors import InvalidInputError
 from .adversarial._search import FREE_BATCH_ENTRIES
+from .bounds.local._search import DENSE_LOWER_COORDINATES
 from .attention import AttentionWeights
 
 FLOAT64_BYTES = 8
@@ -29,7 +32,9 @@ LOCAL_SAMPLES = 64  # inputs whose dense Jacobians the local branch and bound ev
 def method_floor_bytes(name: str, weights: AttentionWeights, N: int, domain: Domain) -> int:
     """A lower bound on the memory certified method ``name`` needs for N tokens (0: independent of N)."""
     if name in ("bnb", "sdp") and not isinstance(domain, Global):
-        return LOCAL_SAMPLES * (N * weights.D) ** 2 * FLOAT64_BYTES
+        if N * weights.D <= DENSE_LOWER_COORDINATES:
+            return LOCAL_SAMPLES * (N * weights.D) ** 2 * FLOAT64_BYTES
+        return 2 * N * weights.D * FLOAT64_BYTES
     if name == "streamed":
         from .bounds.local._streamed import memory_estimate as streamed_memory
 

@@ -209,6 +209,9 @@ def test_memory_floors_by_hand():
     assert lower_bound_floor_bytes(l2, 1000) == 2 * 2 * 1000**2 * 2 * 8
     assert lower_bound_floor_bytes(dp, 2) == 24 * 2 * 4 * 8  # small N: all 24 restarts at once
     assert method_floor_bytes("bnb", dp, 10, Ball(1.0)) == 64 * 40**2 * 8
+    # above DENSE_LOWER_COORDINATES = 512 (N D) no dense Jacobians are sampled: the floor is one box, 2 N D floats
+    assert method_floor_bytes("bnb", dp, 128, Ball(1.0)) == 64 * 512**2 * 8
+    assert method_floor_bytes("bnb", dp, 129, Ball(1.0)) == 2 * 129 * 4 * 8
     assert method_floor_bytes("bnb", l2, 3, Global()) == 0 and method_floor_bytes("paper", l2, 10**9, Global()) == 0
     check_memory(["bnb"], dp, 10, Ball(1.0), None, available=64 * 40**2 * 8)
     with pytest.raises(InvalidInputError, match="bnb needs at least 800 KiB"):

@@ -38,3 +38,21 @@ def test_a_named_method_that_does_not_fit_is_refused(monkeypatch):
     monkeypatch.setattr("certify._footprint.available_bytes", lambda: bnb - 1)
     with pytest.raises(InvalidInputError, match="too long for this machine: bnb needs at least"):
         certify.certify_layer(weights, domain=domain, methods=["bnb"], lower=False, time_budget=1.0)
+
+
+def test_bnb_runs_above_the_dense_sampling_size_in_little_memory(monkeypatch):
+    """N D = 1024 > DENSE_LOWER_COORDINATES: the branch and bound samples no dense Jacobians, so 64 (N D)^2 floats
+    (512 MiB) is not its floor; with 64 MiB 'available' it still runs, and its bound stays above the attained one."""
+    torch.manual_seed(0)
+    layer = torch.nn.MultiheadAttention(64, 4, batch_first=True).double()
+    weights = certify.attention.as_weights(layer)
+    domain = certify.Ball(8.0)
+    assert method_floor_bytes("bnb", weights, 16, domain) == 2 * 16 * 64 * 8
+    monkeypatch.setattr(entry, "available_bytes", lambda: 64 * 2**20)
+    monkeypatch.setattr("certify._footprint.available_bytes", lambda: 64 * 2**20)
+    report = certify.certify_layer(weights, tokens=16, domain=domain, methods=["bnb"], lower=False, time_budget=2.0)
+    (bnb,) = report.certificates
+    assert bnb.certified and bnb.method == "bnb"
+    lower = certify.adversarial.lower_bound(weights, 16, "2", domain, restarts=4, steps=40, seed=0)
+    assert lower.value <= bnb.value < 0.5 * certify.certify_layer(weights, tokens=16, domain=domain,
+                                                                   methods=["castin"], lower=False).best_upper().value
