@@ -518,3 +518,27 @@ def test_the_worst_box_centre_is_in_the_domain_and_seeds_the_lower_bound():
     seeded = lower_bound(weights, 3, "2", Ball(2.0), restarts=2, steps=0, polish=0, starts=centre)
     assert seeded.value >= jacobian_norm(jacobian(centre[None], weights), "2").item() * (1 - 1e-9)
     assert seeded.value <= cert.value
+
+
+def test_structured_constants_past_their_deadline_take_the_gram_norms_per_head():
+    """A deadline already passed: every head Gram-based (products of the factors' norms), each still a bound on its
+    own head's norms (checked against the exact form and float64 norms); without a deadline, the exact form."""
+    import time as _time
+
+    from certify.bounds.local._structured import _exact_head, _gram_head
+
+    weights = random_weights("dp", 4, 3, seed=2, bias=True)
+    nw = numpy_weights(weights)
+    late = structured_constants(nw, deadline=_time.perf_counter() - 1.0)
+    exact = structured_constants(nw)
+    inv_sqrt_d = float(1.0 / np.sqrt(nw.d)) * (1 + 1e-12)
+    for h in range(nw.H):
+        gram = _gram_head(nw, h, inv_sqrt_d)
+        assert late.VO[h] == pytest.approx(gram[0]) and late.B[h] == pytest.approx(gram[2])
+        assert late.VO[h] >= exact.VO[h] * (1 - 1e-12) and late.B[h] >= exact.B[h] * (1 - 1e-12)
+        assert late.VO_B[h] >= exact.VO_B[h] and late.V_B[h] >= exact.V_B[h]
+        # the norms of the products themselves, in float64: each bound is above them
+        WVO = nw.W_V[h] @ nw.W_O[h]
+        assert late.VO[h] >= np.linalg.norm(WVO, 2) and exact.VO[h] >= np.linalg.norm(WVO, 2) * (1 - 1e-12)
+    assert late.O >= np.linalg.norm(nw.W_O.reshape(-1, nw.D), 2)
+    assert _exact_head(nw, 0, inv_sqrt_d)[0] == exact.VO[0]

@@ -77,6 +77,8 @@ DILATION_MAX = 512
 """Up to this N D the 2-norm of an entrywise enclosure takes `certify.sdp`'s dense bounds (eigenvalue problems of
 the 2 N D dilation); above, `_taylor.interval_norm2_upper` (Gram matrix and Collatz-Wielandt: 17 s -> 1.5 s at
 N D = 2048, where one box took twice the 10 s budget)."""
+CONSTANTS_SHARE = 0.5
+"""The structured bound's exact weight norms may use up to this share of `local_bound`'s time budget (then Gram)."""
 DENSE_LOWER_COORDINATES = 512
 """Above this N D the lower bounds at box centres use the matrix-free, time-limited `attained_norm` on one point
 instead of the dense Jacobians of a batch ((N D)^2 per point: 8 GiB for 64 points at N = D = 64)."""
@@ -247,7 +249,8 @@ def local_bound(
     """
     start = time.perf_counter()
     _check_arguments(weights, N, norm, domain, enclosure, time_budget, tolerance)
-    plan = _set_up(weights, N, norm, domain, enclosure, sdp_max_size, vertices, taylor)
+    plan = _set_up(weights, N, norm, domain, enclosure, sdp_max_size, vertices, taylor,
+                   constants_deadline=start + CONSTANTS_SHARE * time_budget)
     root = initial_box(domain, N, plan.weights.D)  # validates the domain against (N, D) before any work
     search = _Search(plan, lower_search, time_budget)
     search.best_lower, search.witness = _seed_lower(plan, lower, lower_search, time_budget, seed, start)
@@ -302,9 +305,10 @@ class _Plan:
 
 
 def _set_up(weights: AttentionWeights, N: int, norm: str, domain: Domain, enclosure: str, sdp_max_size: int,
-            vertices: bool, taylor: bool) -> _Plan:
+            vertices: bool, taylor: bool, constants_deadline: float | None = None) -> _Plan:
     """The `_Plan` of one call: memory estimates (`enclosure_bytes`, `structured_bytes`, `memory_estimate`)
-    against `memory_limit()` decide which bounds run."""
+    against `memory_limit()` decide which bounds run; the structured bound's weight norms take the exact form for
+    the heads that fit before ``constants_deadline`` (`structured_constants`)."""
     w64 = weights.to(torch.float64, "cpu")
     nw = numpy_weights(w64)
     D = w64.D
@@ -335,7 +339,7 @@ def _set_up(weights: AttentionWeights, N: int, norm: str, domain: Domain, enclos
         use_taylor=(taylor and enclosure == "direct" and entrywise
                     and memory_estimate(N, D, 8) <= min(MEMORY_LIMIT, limit)),
         use_simplex=w64.kind == "dp" and entrywise,
-        constants=structured_constants(nw),
+        constants=structured_constants(nw, constants_deadline),
         radius=domain.radius if isinstance(domain, Ball) else None,
         symmetric=symmetric,
         sign=symmetric and w64.b_Q is None and w64.b_K is None,
