@@ -8,7 +8,8 @@ matrix-free path for long sequences.
 - local branch and bound (``bnb`` / ``sdp`` on a ball or eps-ball): where N D <= DENSE_LOWER_COORDINATES its first
   step evaluates 64 dense Jacobians of size (N D)^2 (`certify.bounds.local._search.local_bound`); above, it bounds
   boxes by the structured norm bound alone once the entrywise enclosure and the interval softmax do not fit
-  (`_search._set_up`: O(N D + N^2) memory per box), so its floor is one box (2 N D floats);
+  (`_search._set_up`: O(N D + N^2) memory per box), so its floor is one box and one N x N array of P's bounds
+  (2 N D + N^2 floats);
 - global branch and bound: applies only for N <= 6 (cheap);
 - adversarial lower bound: the free phase runs ``max(2, min(restarts, FREE_BATCH_ENTRIES / (N D)^2))`` inputs at
   once, each with H attention matrices of N^2 entries (times d for L2 attention: the pairwise differences
@@ -34,7 +35,7 @@ def method_floor_bytes(name: str, weights: AttentionWeights, N: int, domain: Dom
     if name in ("bnb", "sdp") and not isinstance(domain, Global):
         if N * weights.D <= DENSE_LOWER_COORDINATES:
             return LOCAL_SAMPLES * (N * weights.D) ** 2 * FLOAT64_BYTES
-        return 2 * N * weights.D * FLOAT64_BYTES
+        return (2 * N * weights.D + N * N) * FLOAT64_BYTES
     if name == "streamed":
         from .bounds.local._streamed import memory_estimate as streamed_memory
 

@@ -187,8 +187,8 @@ def test_nan_in_tied_query_weights_says_nan_not_untied(capsys, tmp_path):
 
 def test_ten_million_tokens_are_refused_with_the_estimate_before_allocating(capsys, tmp_path):
     save_layer(DotProductMultiheadAttention(4, 2), tmp_path / "dp.pt")
-    # 64 Jacobians of (N D)^2 = (4e7)^2 float64 entries: 8.2e17 bytes = 728 PiB
-    expect_refusal(capsys, "bnb needs at least 728 PiB", "layer", tmp_path / "dp.pt", "--tokens", 10_000_000,
+    # N D > 512, so no dense Jacobians: one box (2 N D) and the N x N bounds on P, 8.0e14 bytes = 728 TiB
+    expect_refusal(capsys, "bnb needs at least 728 TiB", "layer", tmp_path / "dp.pt", "--tokens", 10_000_000,
                    "--norm", "2", "--radius", 1, "--quiet", "--no-lower", "--method", "bnb")
     expect_refusal(capsys, "adversarial lower bound needs at least", "layer", tmp_path / "dp.pt", "--tokens",
                    10_000_000, "--norm", "2", "--radius", 1, "--quiet", "--method", "castin")
@@ -209,9 +209,10 @@ def test_memory_floors_by_hand():
     assert lower_bound_floor_bytes(l2, 1000) == 2 * 2 * 1000**2 * 2 * 8
     assert lower_bound_floor_bytes(dp, 2) == 24 * 2 * 4 * 8  # small N: all 24 restarts at once
     assert method_floor_bytes("bnb", dp, 10, Ball(1.0)) == 64 * 40**2 * 8
-    # above DENSE_LOWER_COORDINATES = 512 (N D) no dense Jacobians are sampled: the floor is one box, 2 N D floats
+    # above DENSE_LOWER_COORDINATES = 512 (N D) no dense Jacobians are sampled: the floor is one box (2 N D floats)
+    # and the N x N bounds on P
     assert method_floor_bytes("bnb", dp, 128, Ball(1.0)) == 64 * 512**2 * 8
-    assert method_floor_bytes("bnb", dp, 129, Ball(1.0)) == 2 * 129 * 4 * 8
+    assert method_floor_bytes("bnb", dp, 129, Ball(1.0)) == (2 * 129 * 4 + 129**2) * 8
     assert method_floor_bytes("bnb", l2, 3, Global()) == 0 and method_floor_bytes("paper", l2, 10**9, Global()) == 0
     check_memory(["bnb"], dp, 10, Ball(1.0), None, available=64 * 40**2 * 8)
     with pytest.raises(InvalidInputError, match="bnb needs at least 800 KiB"):

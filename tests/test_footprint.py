@@ -47,7 +47,7 @@ def test_bnb_runs_above_the_dense_sampling_size_in_little_memory(monkeypatch):
     layer = torch.nn.MultiheadAttention(64, 4, batch_first=True).double()
     weights = certify.attention.as_weights(layer)
     domain = certify.Ball(8.0)
-    assert method_floor_bytes("bnb", weights, 16, domain) == 2 * 16 * 64 * 8
+    assert method_floor_bytes("bnb", weights, 16, domain) == (2 * 16 * 64 + 16 * 16) * 8
     monkeypatch.setattr(entry, "available_bytes", lambda: 64 * 2**20)
     monkeypatch.setattr("certify._footprint.available_bytes", lambda: 64 * 2**20)
     report = certify.certify_layer(weights, tokens=16, domain=domain, methods=["bnb"], lower=False, time_budget=2.0)

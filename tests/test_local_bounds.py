@@ -215,6 +215,29 @@ def test_pair_product_upper_is_sound_and_tight(seed, D, d, scale):
     assert 0.99 * bound < attained * (1 + 1e-6)
 
 
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), m=st.integers(1, 40), k=st.integers(1, 8), n=st.integers(1, 40),
+       scale=st.sampled_from([1e-200, 1e-3, 1.0, 1e150]), deficient=st.booleans())
+def test_factored_norm_upper_is_sound_and_tight(seed, m, k, n, scale, deficient):
+    """||A B||_2 from k x k matrices only: above the float64 norm of the product, within 1e-8 of it (1% less would
+    fail), never 0 for a nonzero product (1e-200 squared underflows float64: the bound is still positive); rank
+    deficient A (a zero and a repeated column) included."""
+    from certify.bounds.local._structured import factored_norm_upper
+
+    rng = np.random.default_rng(seed)
+    A, B = scale * rng.standard_normal((m, k)), scale * rng.standard_normal((k, n))
+    if deficient and k >= 3:
+        A[:, 0], A[:, 1] = 0.0, A[:, 2]
+    bound = factored_norm_upper(A, B)
+    exact = float(np.linalg.norm((A / scale) @ (B / scale), 2))  # ||A B|| = scale^2 exact
+    if exact == 0.0:
+        assert bound == 0.0
+        return
+    assert bound > 0.0
+    if scale * scale * exact > 1e-290:  # representable: compare values
+        assert scale * scale * exact <= bound <= scale * scale * exact * (1 + 1e-8)
+
+
 @pytest.mark.parametrize("with_norm", [False, True])
 def test_weighted_variance_bound_holds_and_improves_on_the_ball(with_norm):
     """P_il Var_i <= `_weighted_variance` for random softmax rows over tokens in a ball of radius R; there it is

@@ -57,6 +57,7 @@ import math
 import time
 
 import numpy as np
+import scipy.linalg
 
 from ...interval import Interval, isum
 from ...sdp._floating import ETA, gamma, lambda_min_lower, norm2_upper, sum_up, up
@@ -93,6 +94,64 @@ def product_norm_upper(*matrices: np.ndarray) -> float:
     return Scaled.of(float(up(norm2_upper(product) + error)), exponent).round_up("a weight-product norm")
 
 
+def factored_norm_upper(A: np.ndarray, B: np.ndarray) -> float:
+    """Proven upper bound on ||A B||_2 for float64 A (m x k), B (k x n) taken as exact, from k x k matrices only:
+    O((m + n) k^2) work, never the m x n product (at D = 768, d = 64: milliseconds, where `product_norm_upper`'s
+    2D-sized eigenproblems take seconds).
+
+    After power-of-two scaling (`power_of_two_scaled`; ||A B|| = 2^(a + b) ||A^ B^||), with G = fl(A^T A) and
+    Y = fl(B B^T) (mirrored to be exactly symmetric): A^T A <= G + e_G I and B B^T <= Y + e_Y I in the Loewner order,
+    e_G = gamma_{m+2} ||A||_F^2 + k (m + 1) ETA (Higham 3.5, plus underflow), e_Y likewise. For PSD X <= X' and
+    Y <= Y', lambda_max(X Y) = lambda_max(Y^(1/2) X Y^(1/2)) <= lambda_max(X' Y') (twice, X' PSD), so
+    ||A B||^2 = lambda_max(A^T A B B^T) <= lambda_max(X' Y'), X' = G + (e_G + tau) I (diagonal rounded up), Y' =
+    Y + e_Y I. Floating-point Cholesky X' = L L^T - Delta, |Delta| <= gamma_{k+1} |L| |L^T| (Higham 10.3), so
+    X' <= L L^T + delta I, delta = gamma_{k+1} ||L||_F^2 + k (k + 1) ETA, and by Weyl
+
+        lambda_max(X' Y') <= lambda_max(L^T Y' L) + delta lambda_max(Y')
+                          <= lambda_max(C) + e_C + e_Y ||L||_F^2 + delta (lambda_max(Y) + e_Y),
+
+    C = fl(L^T Y L) (mirrored), e_C = gamma_{2k+2} ||L||_F^2 ||Y||_F + 2 k (k + 1) ETA; the largest eigenvalues of the
+    symmetric float matrices C and Y from `lambda_min_lower` (a verified Cholesky). Every step rounded up. tau (0 first)
+    grows while Cholesky fails (a rank-deficient A); returns inf if it never succeeds (the caller keeps another bound).
+    """
+    A_hat, a = power_of_two_scaled(A)
+    B_hat, b = power_of_two_scaled(B)
+    (m, k), n = A_hat.shape, B_hat.shape[1]
+    if not np.any(A_hat) or not np.any(B_hat):
+        return 0.0
+    frobenius2 = lambda X: float(sum_up(up(X * X)))  # noqa: E731  >= ||X||_F^2
+    with np.errstate(under="ignore"):
+        G, Y = A_hat.T @ A_hat, B_hat @ B_hat.T
+    G, Y = np.triu(G) + np.triu(G, 1).T, np.triu(Y) + np.triu(Y, 1).T
+    e_G = float(up(gamma(m + 2) * frobenius2(A_hat) + k * (m + 1) * ETA))
+    e_Y = float(up(gamma(n + 2) * frobenius2(B_hat) + k * (n + 1) * ETA))
+    tau, L = 0.0, None
+    for _ in range(12):
+        X = G.copy()
+        X[np.diag_indices(k)] = up(np.diagonal(G) + float(up(e_G + tau)))
+        try:
+            with np.errstate(under="ignore"):
+                L = scipy.linalg.cholesky(X, lower=True, check_finite=False)
+            if np.all(np.isfinite(L)):
+                break
+        except np.linalg.LinAlgError:
+            pass
+        L, tau = None, max(4.0 * tau, 1e-14 * float(np.trace(G)) + 1e-300)
+    if L is None:
+        return math.inf
+    L_frobenius2 = frobenius2(L)
+    delta = float(up(gamma(k + 1) * L_frobenius2 + k * (k + 1) * ETA))
+    with np.errstate(under="ignore"):
+        C = (L.T @ Y) @ L
+    C = np.triu(C) + np.triu(C, 1).T
+    e_C = float(up(up(gamma(2 * k + 2) * L_frobenius2) * math.sqrt(frobenius2(Y)) * (1 + 4 * 2.0**-53)
+                   + 2 * k * (k + 1) * ETA))
+    lambda_C = float(up(-lambda_min_lower(-C) + e_C))
+    lambda_Y = float(up(-lambda_min_lower(-Y) + e_Y))
+    square = float(up(up(lambda_C + up(e_Y * L_frobenius2)) + up(delta * lambda_Y)))
+    return Scaled.of(float(up(math.sqrt(max(square, 0.0)) * (1 + 4e-16))), a + b).round_up("a weight-product norm")
+
+
 def pair_product_upper(left: tuple[np.ndarray, np.ndarray], right: tuple[np.ndarray, np.ndarray]) -> float:
     """Proven upper bound on max over unit u of ||L u|| ||R u||, L = L_1 L_2 and R = R_1 R_2 (float64 factors taken
     as exact; L_1 is m x k, L_2 k x n, R_1 p x q, R_2 q x n). Callers also have ||L|| ||R||, the other bound.
@@ -100,50 +159,57 @@ def pair_product_upper(left: tuple[np.ndarray, np.ndarray], right: tuple[np.ndar
     For every a > 0, ||L u|| ||R u|| <= (a^2 ||L u||^2 + ||R u||^2 / a^2) / 2 = ||[a L; R / a] u||^2 / 2 (AM-GM),
     and [a L; R / a] = M Z with M = blockdiag(a L_1, R_1 / a), Z = [L_2; R_2]. a is chosen numerically: ||M Z||^2 is
     the largest eigenvalue of (M^T M)(Z Z^T), (k + q) x (k + q), convex in log a (golden section). Then, for the
-    float matrices M~ = fl(M) (each entry one rounding: |M - M~| <= 2u |M~| + ETA) and A = fl(M~ Z) (|M~ Z - A| <=
-    gamma_{k+q+2} |M~| |Z| + ETA): ||M Z|| <= `gram_norm2_upper`(A) + ||E||_F, ||E||_F bounded by (gamma + 2u)
-    ||M~||_F ||Z||_F (1 + gamma) + ETA (m + p + 1)(n + 1)(k + q + 1)(1 + ||Z||_F), all rounded up. By Brickman's
+    float matrix M~ = fl(M) (each entry one rounding: |M - M~| <= 2u |M~| + ETA), ||M Z|| <= ||M~ Z|| +
+    (2u ||M~||_F + ETA sqrt(#M)) ||Z||_F, all rounded up. By Brickman's
     theorem (the joint numerical range of two quadratic forms is convex for n >= 3) the minimum over a equals the
-    maximum over u, so only the rounding and the search separate the bound from the exact value."""
+    maximum over u, so only the rounding and the search separate the bound from the exact value. ||M~ Z|| by
+    `factored_norm_upper` ((k + q)-sized matrices only)."""
     (L1, L2), (R1, R2) = left, right
     Z = np.vstack([L2, R2])
     G = Z @ Z.T
     A1, B1 = L1.T @ L1, R1.T @ R1
     k = L1.shape[1]
 
+    # an estimate only (the proof is below, for whatever a is chosen): lambda_max(C G) = lambda_max(G^(1/2) C G^(1/2))
+    # with C = blockdiag(a^2 A1, B1 / a^2), i.e. lambda_max(a^2 P_L + P_R / a^2), P_L, P_R formed once
+    values, vectors = np.linalg.eigh(G)
+    root = (vectors * np.sqrt(np.maximum(values, 0.0))) @ vectors.T
+    P_L, P_R = root[:, :k] @ A1 @ root[:k, :], root[:, k:] @ B1 @ root[k:, :]
+
     def estimate(log_a: float) -> float:
-        C = np.zeros_like(G)
-        C[:k, :k], C[k:, k:] = math.exp(2 * log_a) * A1, math.exp(-2 * log_a) * B1
-        return float(np.max(np.linalg.eigvals(C @ G).real))
+        return float(np.linalg.eigvalsh(math.exp(2 * log_a) * P_L + math.exp(-2 * log_a) * P_R)[-1])
 
     nL, nR = float(np.trace(A1 @ G[:k, :k])), float(np.trace(B1 @ G[k:, k:]))  # ||L||_F^2, ||R||_F^2
     log_a = 0.0
     if nL > 0 and nR > 0 and math.isfinite(nL * nR):  # the optimum is near a^4 = ||R||^2 / ||L||^2
         low, high = 0.25 * math.log(nR / nL) - 6.0, 0.25 * math.log(nR / nL) + 6.0
-        golden = (math.sqrt(5) - 1) / 2
-        for _ in range(40):
-            left_point, right_point = high - golden * (high - low), low + golden * (high - low)
-            if estimate(left_point) <= estimate(right_point):
-                high = right_point
+        golden = (math.sqrt(5) - 1) / 2  # golden section, one new evaluation per step (convex in log a)
+        left_point, right_point = high - golden * (high - low), low + golden * (high - low)
+        left_value, right_value = estimate(left_point), estimate(right_point)
+        for _ in range(30):
+            if left_value <= right_value:
+                high, right_point, right_value = right_point, left_point, left_value
+                left_point = high - golden * (high - low)
+                left_value = estimate(left_point)
             else:
-                low = left_point
+                low, left_point, left_value = left_point, right_point, right_value
+                right_point = low + golden * (high - low)
+                right_value = estimate(right_point)
         log_a = 0.5 * (low + high)
     a = math.exp(log_a)
     M = np.zeros((L1.shape[0] + R1.shape[0], k + R1.shape[1]))
     M[: L1.shape[0], :k] = a * L1
     M[L1.shape[0]:, k:] = R1 / a
-    with np.errstate(under="ignore"):
-        product = M @ Z
     frobenius = lambda X: float(up(math.sqrt(float(sum_up(up(X * X))))))  # noqa: E731
-    g = gamma(M.shape[1] + 2) + 2.0**-52
-    size = (M.shape[0] + 1) * (Z.shape[1] + 1) * (M.shape[1] + 1)  # underflow: at most ETA per entry and term
-    error = up(up(up(g * (1 + g)) * frobenius(M)) * frobenius(Z)) + up(ETA * size * (1 + frobenius(Z)))
-    norm = float(up(gram_norm2_upper(product) + error))
+    # ||M Z|| <= ||M~ Z|| + ||M - M~||_F ||Z||_F, |M - M~| <= 2u |M~| + ETA per entry (one rounding each)
+    rounding = up(up(up(2.0**-52 * frobenius(M)) + ETA * math.sqrt(M.size) * (1 + 1e-15)) * frobenius(Z))
+    norm = float(up(factored_norm_upper(M, Z) + rounding))
     return float(up(0.5 * up(norm * norm)))
 
 
 GRAM_DIMENSION = 256
-"""Above this D the weight norms come from the small Gram matrices (`gram_norm2_upper`) and products of norms:
+"""Above this D the weight norms of L2 layers (and W_O for every layer) come from the small Gram matrices
+(`gram_norm2_upper`) and products of norms:
 the dilations of `norm2_upper` are (D + d)- or 2D-sized eigenproblems, 60 of them at BERT size (minutes)."""
 
 
@@ -190,15 +256,16 @@ def _gram_head(w: _Weights, h: int, inv_sqrt_d: float) -> tuple[float, ...]:
 
 
 def _exact_head(w: _Weights, h: int, inv_sqrt_d: float) -> tuple[float, ...]:
-    """Head h's (VO, V, B, G, Q, KbQ, VO_B, V_B) from the norms of the products themselves (`product_norm_upper`,
-    `pair_product_upper`): 2D-sized eigenproblems, about 0.5 s per head at D = 256."""
+    """Head h's (VO, V, B, G, Q, KbQ, VO_B, V_B) from the norms of the products themselves. DP: every product is
+    D x d times d x D, bounded from d x d matrices (`factored_norm_upper`, `pair_product_upper`: milliseconds to a
+    second per head at D = 768). L2: `product_norm_upper` (2D-sized eigenproblems, about 0.5 s per head at D = 256)."""
     WQ, WK, WV, WO = w.W_Q[h], w.W_K[h], w.W_V[h], w.W_O[h]
-    VO, V = product_norm_upper(WV, WO), norm2_upper(WV)
     if w.kind != "dp":
-        return (VO, V, product_norm_upper(WO.T, WV.T, WQ, WQ.T), product_norm_upper(WO.T, WV.T, WQ), norm2_upper(WQ),
-                0.0, 0.0, 0.0)
-    B = float(round_up(product_norm_upper(WK, WQ.T) * inv_sqrt_d))
-    KbQ = 0.0 if w.b_Q is None else float(round_up(product_norm_upper(WK, w.b_Q[h][:, None]) * inv_sqrt_d))
+        return (product_norm_upper(WV, WO), norm2_upper(WV), product_norm_upper(WO.T, WV.T, WQ, WQ.T),
+                product_norm_upper(WO.T, WV.T, WQ), norm2_upper(WQ), 0.0, 0.0, 0.0)
+    VO, V = factored_norm_upper(WV, WO), gram_norm2_upper(WV)
+    B = float(round_up(factored_norm_upper(WK, WQ.T) * inv_sqrt_d))
+    KbQ = 0.0 if w.b_Q is None else float(round_up(factored_norm_upper(WK, w.b_Q[h][:, None]) * inv_sqrt_d))
     VO_B = min(_mul_up(VO, B), _mul_up(pair_product_upper((WO.T, WV.T), (WQ, WK.T)), inv_sqrt_d))
     V_B = min(_mul_up(V, B), _mul_up(pair_product_upper((np.eye(WV.shape[1]), WV.T), (WQ, WK.T)), inv_sqrt_d))
     return VO, V, B, 0.0, 0.0, KbQ, VO_B, V_B
@@ -254,8 +321,8 @@ def _inf_constants(w: _Weights, k: StructuredConstants, inv_sqrt_d: float) -> St
 
 
 def structured_constants(w: _Weights, deadline: float | None = None) -> StructuredConstants:
-    """The per-head weight norms, proven: from the products themselves (`_exact_head`) up to D = GRAM_DIMENSION,
-    from Gram matrices above (`_gram_head`). ``deadline`` (a `time.perf_counter()` time): a head whose exact norms
+    """The per-head weight norms, proven: from the products themselves (`_exact_head`; for L2 layers only up to
+    D = GRAM_DIMENSION), else from Gram matrices (`_gram_head`). ``deadline`` (a `time.perf_counter()` time): a head whose exact norms
     would end past it, at the slowest head's time so far, gets the Gram ones instead (each head's norms bound that
     head alone, so the two kinds mix; the looser Gram ones cost 10-20% of the bound at D = 256, and keep the time
     budget: the exact ones take about 4 s at D = 256, H = 8, twice that on a busy machine)."""
@@ -263,7 +330,7 @@ def structured_constants(w: _Weights, deadline: float | None = None) -> Structur
     heads, slowest = [], 0.0
     for h in range(w.H):
         began = time.perf_counter()
-        exact = w.D <= GRAM_DIMENSION and (deadline is None or began + slowest <= deadline)
+        exact = (w.kind == "dp" or w.D <= GRAM_DIMENSION) and (deadline is None or began + slowest <= deadline)
         heads.append(_exact_head(w, h, inv_sqrt_d) if exact else _gram_head(w, h, inv_sqrt_d))
         if exact:
             slowest = max(slowest, time.perf_counter() - began)
