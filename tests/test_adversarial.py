@@ -314,8 +314,14 @@ def test_time_limited_attained_norm_is_a_lower_bound_and_a_warm_start_is_exact(m
     warm, how = attained_norm(X, weights, "2", seconds=1e-9, v0=top)
     assert "warm start" in how and warm == pytest.approx(exact, rel=1e-12)
     rows, how = attained_norm(X, weights, "inf", seconds=1e-9)
-    assert "1 of 6 row blocks" in how
+    assert "4 of 24 rows" in how  # one chunk: the first min(D, ROW_CHUNK) rows
     assert rows == pytest.approx(float(J[:4].abs().sum(1).max()), rel=1e-12)
+    monkeypatch.setattr(_attained, "ROW_CHUNK", 3)  # chunks smaller than a block: the limit is checked inside it
+    rows, how = attained_norm(X, weights, "inf", seconds=1e-9)
+    assert "3 of 24 rows" in how and rows == pytest.approx(float(J[:3].abs().sum(1).max()), rel=1e-12)
+    monkeypatch.setattr(_attained, "DENSE_LIMIT", 4)
+    rows, how = attained_norm(X, weights, "inf", seconds=None)  # no limit: every row, chunks of D
+    assert "row blocks" in how and rows == pytest.approx(float(J.abs().sum(1).max()), rel=1e-12)
 
 
 def test_low_rank_scale_and_directions_match_the_dense_computations():

@@ -33,7 +33,7 @@ from .._progress import progress_bar
 from .._result import Certificate
 from ..attention import AttentionWeights, attention_forward, check_tokens, jacobian_equivalent
 from ..jacobian import check_norm
-from ._attained import DENSE_LIMIT, DENSE_TIMED_LIMIT, attained_norm, dense_attained
+from ._attained import DENSE_LIMIT, DENSE_TIMED_LIMIT, ROW_CHUNK, attained_norm, dense_attained
 from ._clusters import cluster_norm, expand, round_multiplicities
 from ._eps_ball import applies as eps_ball_applies
 from ._eps_ball import eps_ball_ascent
@@ -366,17 +366,20 @@ def lower_bound(weights: AttentionWeights, N: int, norm: str, domain: Domain = G
     n = N * weights.D
     if n <= DENSE_TIMED_LIMIT:
         final_cost = 2e-9 * n**3 + 10 * forward64
-    elif norm == "2":
-        final_cost = 8 * forward64  # one power iteration and the closing Jacobian-vector product
-    else:
-        final_cost = _row_block_seconds(weights, N)  # the recomputation evaluates at least one block of D rows
+    else:  # the 2-norm: one power iteration and the closing Jacobian-vector product (inf-norm: below)
+        final_cost = 8 * forward64
+    target = None if seconds is None else max(STEP_SHARE * seconds, MIN_STEP_SECONDS)
+    rows = None if target is None or norm != "inf" else _row_count(weights.D, forward, target)
+    if n > DENSE_TIMED_LIMIT and norm == "inf":
+        # the recomputation (`attained_norm`, in chunks of ROW_CHUNK rows from row 0 of block 0) must reach the rows
+        # the search optimised, the first `rows` of block 0
+        share = min(1.0, max(rows or weights.D, ROW_CHUNK) / weights.D)
+        final_cost = _row_block_seconds(weights, N) * share
     search_seconds = None
     if seconds is not None:
         used = time.perf_counter() - begin
         search_seconds = max(seconds - used - max(FINAL_SHARE * seconds, final_cost), 0.0)
     clock = _Clock(search_seconds, bar)
-    target = None if seconds is None else max(STEP_SHARE * seconds, MIN_STEP_SECONDS)
-    rows = None if target is None or norm != "inf" else _row_count(weights.D, forward, target)
     phases: dict[str, float] = {}
 
     seeds: list[torch.Tensor] = list(extra)
