@@ -101,18 +101,20 @@ def factored_norm_upper(A: np.ndarray, B: np.ndarray) -> float:
 
     After power-of-two scaling (`power_of_two_scaled`; ||A B|| = 2^(a + b) ||A^ B^||), with G = fl(A^T A) and
     Y = fl(B B^T) (mirrored to be exactly symmetric): A^T A <= G + e_G I and B B^T <= Y + e_Y I in the Loewner order,
-    e_G = gamma_{m+2} ||A||_F^2 + k (m + 1) ETA (Higham 3.5, plus underflow), e_Y likewise. For PSD X <= X' and
-    Y <= Y', lambda_max(X Y) = lambda_max(Y^(1/2) X Y^(1/2)) <= lambda_max(X' Y') (twice, X' PSD), so
+    e_G = gamma_{m+2} ||A||_F^2 + (m + n + k + 2)^3 ETA (Higham 3.5; the last term covers gradual underflow, at
+    most ETA / 2 per operation, with room to spare: the scaled entries are at most 1), e_Y likewise. For PSD X <= X'
+    and Y <= Y', lambda_max(X Y) = lambda_max(Y^(1/2) X Y^(1/2)) <= lambda_max(X' Y') (twice, X' PSD), so
     ||A B||^2 = lambda_max(A^T A B B^T) <= lambda_max(X' Y'), X' = G + (e_G + tau) I (diagonal rounded up), Y' =
     Y + e_Y I. Floating-point Cholesky X' = L L^T - Delta, |Delta| <= gamma_{k+1} |L| |L^T| (Higham 10.3), so
-    X' <= L L^T + delta I, delta = gamma_{k+1} ||L||_F^2 + k (k + 1) ETA, and by Weyl
+    X' <= L L^T + delta I, delta = gamma_{k+1} ||L||_F^2 + (the same underflow term), and by Weyl
 
         lambda_max(X' Y') <= lambda_max(L^T Y' L) + delta lambda_max(Y')
                           <= lambda_max(C) + e_C + e_Y ||L||_F^2 + delta (lambda_max(Y) + e_Y),
 
-    C = fl(L^T Y L) (mirrored), e_C = gamma_{2k+2} ||L||_F^2 ||Y||_F + 2 k (k + 1) ETA; the largest eigenvalues of the
-    symmetric float matrices C and Y from `lambda_min_lower` (a verified Cholesky). Every step rounded up. tau (0 first)
-    grows while Cholesky fails (a rank-deficient A); returns inf if it never succeeds (the caller keeps another bound).
+    C = fl(L^T Y L) (mirrored), e_C = gamma_{2k+2} ||L||_F^2 ||Y||_F + (the underflow term); the largest eigenvalues
+    of the symmetric float matrices C and Y from `lambda_min_lower` (a verified Cholesky). Every step rounded up. tau
+    (0 first) grows while Cholesky fails (a rank-deficient A); returns inf if it never succeeds (the caller keeps
+    another bound).
     """
     A_hat, a = power_of_two_scaled(A)
     B_hat, b = power_of_two_scaled(B)
@@ -123,8 +125,9 @@ def factored_norm_upper(A: np.ndarray, B: np.ndarray) -> float:
     with np.errstate(under="ignore"):
         G, Y = A_hat.T @ A_hat, B_hat @ B_hat.T
     G, Y = np.triu(G) + np.triu(G, 1).T, np.triu(Y) + np.triu(Y, 1).T
-    e_G = float(up(gamma(m + 2) * frobenius2(A_hat) + k * (m + 1) * ETA))
-    e_Y = float(up(gamma(n + 2) * frobenius2(B_hat) + k * (n + 1) * ETA))
+    underflow = float((m + n + k + 2) ** 3 * ETA)  # gradual underflow: at most ETA / 2 per operation, every sum
+    e_G = float(up(gamma(m + 2) * frobenius2(A_hat) + underflow))
+    e_Y = float(up(gamma(n + 2) * frobenius2(B_hat) + underflow))
     tau, L = 0.0, None
     for _ in range(12):
         X = G.copy()
@@ -140,12 +143,12 @@ def factored_norm_upper(A: np.ndarray, B: np.ndarray) -> float:
     if L is None:
         return math.inf
     L_frobenius2 = frobenius2(L)
-    delta = float(up(gamma(k + 1) * L_frobenius2 + k * (k + 1) * ETA))
+    delta = float(up(gamma(k + 1) * L_frobenius2 + underflow))
     with np.errstate(under="ignore"):
         C = (L.T @ Y) @ L
     C = np.triu(C) + np.triu(C, 1).T
     e_C = float(up(up(gamma(2 * k + 2) * L_frobenius2) * math.sqrt(frobenius2(Y)) * (1 + 4 * 2.0**-53)
-                   + 2 * k * (k + 1) * ETA))
+                   + underflow))
     lambda_C = float(up(-lambda_min_lower(-C) + e_C))
     lambda_Y = float(up(-lambda_min_lower(-Y) + e_Y))
     square = float(up(up(lambda_C + up(e_Y * L_frobenius2)) + up(delta * lambda_Y)))
@@ -322,10 +325,10 @@ def _inf_constants(w: _Weights, k: StructuredConstants, inv_sqrt_d: float) -> St
 
 def structured_constants(w: _Weights, deadline: float | None = None) -> StructuredConstants:
     """The per-head weight norms, proven: from the products themselves (`_exact_head`; for L2 layers only up to
-    D = GRAM_DIMENSION), else from Gram matrices (`_gram_head`). ``deadline`` (a `time.perf_counter()` time): a head whose exact norms
-    would end past it, at the slowest head's time so far, gets the Gram ones instead (each head's norms bound that
-    head alone, so the two kinds mix; the looser Gram ones cost 10-20% of the bound at D = 256, and keep the time
-    budget: the exact ones take about 4 s at D = 256, H = 8, twice that on a busy machine)."""
+    D = GRAM_DIMENSION), else from Gram matrices (`_gram_head`). ``deadline`` (a `time.perf_counter()` time): a head
+    whose exact norms would end past it, at the slowest head's time so far, gets the Gram ones instead (each head's
+    norms bound that head alone, so the two kinds mix; the Gram ones are 10-20% looser at D = 256). The exact ones
+    take 0.3 s at D = 256, H = 8 and 3.8 s at D = 768, H = 12 (`factored_norm_upper`), twice that on a busy machine."""
     inv_sqrt_d = float(up(1.0 / math.sqrt(w.d)) * (1 + 1e-15))
     heads, slowest = [], 0.0
     for h in range(w.H):
