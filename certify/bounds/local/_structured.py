@@ -292,6 +292,8 @@ class StructuredConstants:
     B_21: tuple[float, ...] = ()  # DP: >= max_{||y|| = 1} ||B^T y||_1 (sum of B's column norms)
     B_rows: tuple[float, ...] = ()  # DP: >= max_{||x|| = 1} ||B x||_1 (sum of B's row norms)
     KbQ_1: tuple[float, ...] = ()  # DP: >= ||W_K b_Q||_1 / sqrt(d)
+    B_stack: float = math.inf  # DP: >= max_{||x|| = 1} (sum_h ||B_h x||^2)^(1/2), B_h = W^K_h W^Q_h^T / sqrt(d)
+    KbQ_stack: float = math.inf  # DP: >= (sum_h KbQ_h^2)^(1/2)
 
 
 def _magnitude_upper(A: np.ndarray, B: np.ndarray) -> np.ndarray:
@@ -342,7 +344,22 @@ def structured_constants(w: _Weights, deadline: float | None = None) -> Structur
     VO, V, B, G, Q, KbQ, VO_B, V_B = (tuple(column) for column in zip(*heads))
     constants = StructuredConstants(VO, V, norm2_upper(W_O) if exact_O else gram_norm2_upper(W_O), B, G, Q, KbQ,
                                     VO_B if w.kind == "dp" else (), V_B if w.kind == "dp" else ())
-    return _inf_constants(w, constants, inv_sqrt_d) if w.kind == "dp" else constants
+    if w.kind != "dp":
+        return constants
+    if deadline is None or time.perf_counter() + slowest <= deadline:  # about one head's time (1.8 s at D = 768)
+        constants = dataclasses.replace(constants, B_stack=_stacked_norm(w, inv_sqrt_d),
+                                        KbQ_stack=float(up(math.sqrt(float(sum_up(up(np.square(KbQ))))))))
+    return _inf_constants(w, constants, inv_sqrt_d)
+
+
+def _stacked_norm(w: _Weights, inv_sqrt_d: float) -> float:
+    """>= max_{||x|| = 1} (sum_h ||B_h x||^2)^(1/2), the norm of the heads' B_h = W^K_h W^Q_h^T / sqrt(d) stacked:
+    ||[W^Q_1 .. W^Q_H] blockdiag(W^K_h^T)|| (the transpose), by `factored_norm_upper` ((H d)-sized matrices)."""
+    import scipy.linalg as linalg
+
+    queries = np.concatenate([w.W_Q[h] for h in range(w.H)], axis=1)  # D x H d
+    keys = linalg.block_diag(*[w.W_K[h].T for h in range(w.H)])  # H d x H D
+    return _mul_up(factored_norm_upper(queries, keys), inv_sqrt_d)
 
 
 def _second_moment_bound(X: Interval, radius: float | None) -> np.ndarray:
@@ -447,6 +464,8 @@ def dp_structured_bound(X: Interval, w: _Weights, k: StructuredConstants, radius
     N = X.shape[-2]
     per_head_VO, per_head_V = [], []
     inv_sqrt_d = 1.0 / math.sqrt(w.d)
+    stacked_P, stacked_T, stacked_C, variance = 0.0, 0.0, 0.0, 0.0  # the heads stacked (module docstring)
+    largest_weighted, query_weights = 0.0, 0.0  # max_h P^h_il Var^h_i and sum_h ||W_V^h||^2 ||w^h_i||^2
     for h in range(w.H):
         if scores:
             Q, _, P = dp_scores(X, dX, w, h)
@@ -478,8 +497,42 @@ def dp_structured_bound(X: Interval, w: _Weights, k: StructuredConstants, radius
         V_B = k.V_B[h] if k.V_B else k.V[h] * k.B[h]
         per_head_VO.append(k.VO[h] * (Pn + T3) + VO_B * np.max(V_i, axis=-1))
         per_head_V.append(k.V[h] * (Pn + T3) + V_B * np.max(V_i, axis=-1))
+        stacked_P = stacked_P + (k.V[h] * Pn) ** 2
+        stacked_T = stacked_T + (k.V[h] * T3) ** 2
+        stacked_C = stacked_C + (V_B * np.max(V_i, axis=-1)) ** 2
+        variance = np.maximum(variance, np.max(V_i, axis=-1))
+        largest_weighted = np.maximum(largest_weighted, weighted)
+        query_weights = query_weights + (k.V[h] * w_i) ** 2
     value = np.minimum(sum(per_head_VO), k.O * np.sqrt(sum(b * b for b in per_head_V)))
+    if math.isfinite(k.B_stack):
+        x_norm = np.sqrt(np.sum(X.mag**2, axis=-1)) * (1 + 1e-12)  # (..., N)
+        if radius is not None:
+            x_norm = np.minimum(x_norm, radius)
+        terms = _stacked_terms(k, x_norm, stacked_P, stacked_T, stacked_C, variance, largest_weighted, query_weights)
+        value = np.minimum(value, k.O * sum(terms) * (1 + 1e-12))
     return value * (1 + 1e-9)
+
+
+def _stacked_terms(k: StructuredConstants, x_norm: np.ndarray, stacked_P, stacked_T, stacked_C, variance,
+                   largest_weighted, query_weights) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The DP bound with the heads stacked (module docstring), its three terms: bounds on ||(A^h z)_h|| / ||z|| for
+    A^h = P^h (x) W_V^h^T, T^h (rank-one part) and C^h (covariance block) over all heads at once; then
+    ||J|| <= ||W_O|| (sum of the three). From the per-head loop of `dp_structured_bound`: stacked_P = sum_h
+    (||W_V^h|| ||P^h||)^2, stacked_T = sum_h (||W_V^h|| T3_h)^2, stacked_C = sum_h (V_B_h max_i V^h_i)^2 (the heads
+    one at a time), variance >= max_{h,i} Var^h_i, largest_weighted [i, l] >= max_h P^h_il Var^h_i, query_weights [i]
+    >= sum_h ||W_V^h||^2 ||w^h_i||^2; x_norm [i] >= ||x_i||.
+
+    T: ||T^h z||^2 <= ||W_V^h||^2 sum_l ||z_l||^2 sum_i ||w^h_i||^2 P^h_il Var^h_i (the per-head Cauchy-Schwarz), so
+    sum_h ||T^h z||^2 <= ||z||^2 max_l sum_i largest_weighted[i, l] query_weights[i], and sum_h ||w^h_i||^2 =
+    sum_h ||B_h x_i + c_h||^2 <= (B_stack ||x_i|| + KbQ_stack)^2 (the triangle inequality in the stacked space).
+    C: sum_h ||W_V^h^T Cov^h_i B_h z_i||^2 <= max_h ||W_V^h||^2 variance^2 sum_h ||B_h z_i||^2
+    <= (max_h ||W_V^h|| variance B_stack)^2 ||z_i||^2. Each term is also at most its per-head form."""
+    largest_V = max(k.V)
+    query_weights = np.minimum(query_weights, (largest_V * (k.B_stack * x_norm + k.KbQ_stack)) ** 2)
+    joint_T = np.sqrt(np.max(np.sum(largest_weighted * query_weights[..., :, None], axis=-2), axis=-1))
+    joint_C = largest_V * k.B_stack * variance
+    return (np.sqrt(stacked_P) * (1 + 1e-12), np.minimum(np.sqrt(stacked_T), joint_T) * (1 + 1e-12),
+            np.minimum(np.sqrt(stacked_C), joint_C) * (1 + 1e-12))
 
 
 def dp_structured_inf_bound(X: Interval, w: _Weights, k: StructuredConstants, radius: float | None = None,
