@@ -667,3 +667,15 @@ def test_stacked_terms_bound_the_stacked_parts_at_points(monkeypatch):
         assert exact_P <= P_term[0] and exact_T <= T_term[0] and exact_C <= C_term[0]
         ratios.append((exact_P / P_term[0], exact_T / T_term[0], exact_C / C_term[0]))
     assert np.all(np.max(ratios, axis=0) > 0.9)
+
+
+@pytest.mark.parametrize("H, d, D", [(3, 2, 6), (4, 3, 10), (6, 4, 24)])
+def test_stacked_norm_is_the_stacked_matrix_norm(H, d, D):
+    """B_stack >= ||[B_1; ..; B_H]|| (B_h = W_K W_Q^T / sqrt(d), stacked), within 1e-8 of the float64 norm."""
+    from certify.bounds.local._structured import _stacked_norm
+
+    nw = numpy_weights(random_weights("dp", H, d, D=D, seed=H))
+    stacked = np.vstack([nw.W_K[h] @ nw.W_Q[h].T for h in range(H)]) / math.sqrt(d)
+    exact = float(np.linalg.norm(stacked, 2))
+    bound = _stacked_norm(nw, float(1 / np.sqrt(d)) * (1 + 1e-15))
+    assert exact <= bound <= exact * (1 + 1e-8)

@@ -29,6 +29,10 @@ V >= max_i sum_l P_il ||x_l - xbar_i||^2 (>= ||Cov_i||_2):
   token's norm, bounded over the box's range of P_il (`_weighted_variance`: 16/27 R^2 instead of R^2 on Ball(R),
   attained).
 
+  Heads stacked (`_stacked_terms`): J = W_O^T (J^h z)_h stacked, so ||J|| <= ||W_O|| times the sum of the three
+  parts' norms over all heads at once, where sum_h ||B_h x||^2 <= ||B_stack||^2 ||x||^2 (`_stacked_norm`) couples
+  the heads' query terms, which the per-head forms take each at its own worst x (BERT-size ball: 2297 -> 1055).
+
   The inf-norm from the same parts, row by row (`dp_structured_inf_bound`): ||WVO[:, F]||_1 + ||WVO[:, F]||_2
   (||w_i||_1 Var_i^(1/2) + beta Var_i) per head and row (i, F), with no sqrt(N D) factor.
 
