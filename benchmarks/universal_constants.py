@@ -49,7 +49,7 @@ from certify import CertifyError, InvalidInputError  # noqa: E402
 from certify.bounds.closed_form._lambert import phi_inverse  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "certify" / "data" / "universal_constants.json"
-TABLE = [(N, 1) for N in range(2, 7)] + [(N, 2) for N in range(2, 5)]
+TABLE = [(N, 1) for N in range(2, 7)] + [(N, 2) for N in range(2, 5)] + [(N, 3) for N in range(2, 4)]
 DESCRIPTION = ("Certified upper bounds on c_p(N, d) = sup_Y ||M(Y)||_p, M the (N d) x (N d) L2 core Jacobian of MATH.md "
                "section 2 with P_ij = softmax_j(-||y_i - y_j||^2); 'upper' is certified (global branch and bound with "
                "outward rounding plus the tail bound of proofs/tail_bound.py), 'lower' = ||M(witness)||_p in float64.")
@@ -68,9 +68,9 @@ def proven_default(N: int, d: int, norm: str) -> float:
 
 def default_tol(N: int, d: int) -> float:
     """Closing tolerance: tight where the branch and bound converges in minutes, looser where it cannot."""
-    if (d == 1 and N <= 4) or (d == 2 and N == 2):
+    if (d == 1 and N <= 4) or (d >= 2 and N == 2):
         return 0.004
-    if d == 2 and N == 3:
+    if d >= 2 and N == 3:
         return 0.01
     if d == 1 and N == 5:
         return 0.03

@@ -304,6 +304,7 @@ def test_table_rows_of_the_dask_engine_say_whether_they_are_at_target():
         at_target = e["complete"] and (target is None or ratio <= target)
         assert e["at_target"] == at_target and e["status"].startswith("complete" if at_target else "not at target")
         assert f"ratio {ratio:.4f}" in e["status"]
-        assert e["workers"] >= 1 and f"--workers {e['workers']}" in e["command"]
+        assert e["workers"] >= 1
+        assert f"--workers {e['workers']}" in e["command"] or (e["workers"] == 1 and "--workers" not in e["command"])
         attained = core_norm(np.asarray(e["witness"], dtype=np.float64), e["norm"])  # the lower bound is attained
         assert attained == pytest.approx(e["lower"], rel=1e-12) and e["upper"] >= attained

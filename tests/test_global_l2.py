@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from certify.bounds.global_l2 import _mean_value as mvf
+from certify.bounds import universal_constant
 from certify.bounds.global_l2._search import DEFAULT_R, R_GRID, choose_r, domain, global_l2_constant
 from certify.bounds.global_l2._domain import bottleneck_distance, pair_sq_distances
 from certify import interval as iv
@@ -447,8 +448,10 @@ def test_rejects_bad_arguments() -> None:
         global_l2_constant(1, 1, "2")
     with pytest.raises(ValueError, match="r >= 1"):
         tail_bound(0.5, 3, 1, "2")
-    with pytest.raises(ValueError, match="d in"):
-        global_l2_constant(2, 3, "2")
+    with pytest.raises(ValueError, match="d in"):  # 2-norm, d = 3 < N: no domain, no reduction
+        global_l2_constant(4, 3, "2")
+    with pytest.raises(ValueError, match="N = 2..4"):
+        global_l2_constant(5, 3, "inf")
 
 
 # -- the branch and bound end to end -----------------------------------------------------------------------------
@@ -537,7 +540,8 @@ def test_table_shape() -> None:
     table = json.loads(TABLE.read_text())
     assert table["version"] == 1 and table["description"]
     keys = {(e["N"], e["d"], e["norm"]) for e in table["entries"]}
-    expected = {(N, 1, p) for N in range(2, 7) for p in ("2", "inf")} | {(N, 2, p) for N in range(2, 5) for p in ("2", "inf")}
+    expected = ({(N, 1, p) for N in range(2, 7) for p in ("2", "inf")} | {(N, 2, p) for N in range(2, 5) for p in ("2", "inf")}
+                | {(2, 3, "2"), (3, 3, "2"), (2, 3, "inf")})
     assert expected <= keys
     for e in table["entries"]:
         for key in ("upper", "lower", "seconds", "boxes", "method", "command", "witness"):
@@ -630,3 +634,100 @@ def test_table_10_percent_too_low_is_caught() -> None:
         configurations = np.concatenate([random_configurations(rng, entry["N"], entry["d"], 50),
                                          np.asarray(entry["witness"])[None]])
         assert table_violations(entry, configurations), entry
+
+
+# -- d = 3: the 2-norm by dimension reduction, the inf-norm on the octant domain ------------------------------------
+
+@settings(max_examples=30, deadline=None)
+@given(N=st.integers(2, 4), extra=st.integers(0, 4), scale=st.floats(0.05, 4.0), seed=st.integers(0, 10_000))
+def test_points_in_fewer_dimensions_split_off_the_weights(N: int, extra: int, scale: float, seed: int) -> None:
+    """N points spanning R^(N-1), embedded in R^d (d >= N): ||M||_2 = max(||M in R^(N-1)||_2, ||P||_2), and
+    ||P||_2 <= sqrt((N + 1) / 2) (proofs/dimension_reduction.py), by the reference implementation."""
+    from certify.bounds.closed_form._dimension_reduction import embed, perpendicular_bound
+
+    rng = np.random.default_rng(seed)
+    d = N + extra
+    Y = rng.normal(size=(N, N - 1)) * scale
+    Q, _ = np.linalg.qr(rng.normal(size=(d, d)))  # any rotation: the 2-norm is invariant
+    full = float(reference_norm((embed(Y, d) @ Q)[None], "2")[0])
+    reduced = float(reference_norm(Y[None], "2")[0])
+    P = torch.softmax(-torch.cdist(torch.as_tensor(Y), torch.as_tensor(Y)) ** 2, dim=1).numpy()
+    assert np.linalg.norm(P, 2) <= perpendicular_bound(N)
+    assert full == pytest.approx(max(reduced, np.linalg.norm(P, 2)), rel=1e-12, abs=1e-12)
+
+
+@settings(max_examples=10, deadline=None)
+@given(N=st.integers(2, 3), d=st.integers(3, 6), scale=st.floats(0.05, 4.0), seed=st.integers(0, 10_000))
+def test_reduced_universal_constant_dominates_configurations(N: int, d: int, scale: float, seed: int) -> None:
+    """universal_constant(N, d, "2") for d >= N (the table's c_2(N, N - 1) through the reduction, or the table's
+    own d = 3 entry) is above ||M(Y)||_2 at random and optimised configurations of R^d, and a 5% smaller value is
+    not: the embedded witness of c_2(N, N - 1) breaks it."""
+    from certify.bounds.closed_form._dimension_reduction import embed
+
+    from certify.bounds import default_constant
+
+    value = universal_constant(N, d, "2").value
+    assert value < default_constant(N, d, "2")
+    rng = np.random.default_rng(seed)
+    Y = rng.normal(size=(64, N, d)) * scale
+    assert np.all(reference_norm(Y, "2") <= value)
+    best, witness = search_lower(N, d, "2", restarts=1, seed=seed)
+    assert best <= value
+    table = {(e["N"], e["d"], e["norm"]): e for e in entries()}
+    embedded = embed(np.asarray(table[(N, N - 1, "2")]["witness"]), d)
+    assert float(reference_norm(embedded[None], "2")[0]) > 0.95 * value
+
+
+def test_universal_constant_reduces_wide_heads_to_the_table() -> None:
+    """A head of width d = 16 with N = 3 gets c_2(3, 2) from the table (1.96), not Theorem 3.2's constant (about
+    4.9); the inf-norm, which rotations do not preserve, keeps the default."""
+    from certify.bounds import default_constant
+
+    table = {(e["N"], e["d"], e["norm"]): e for e in entries()}
+    wide = universal_constant(3, 16, "2")
+    assert wide.value == table[(3, 2, "2")]["upper"] and "dimension reduction" in wide.source
+    assert universal_constant(3, 16, "inf").value == default_constant(3, 16, "inf")
+    assert universal_constant(2, 2, "2").value == table[(2, 2, "2")]["upper"]  # the table's own entry first
+
+
+def test_global_constant_in_three_dimensions() -> None:
+    """c_2(2, 3) by the reduction (witness in R^3, method says so) and c_inf(2, 3) by the octant domain: each
+    certified above its attained lower bound, random configurations of R^3 and (monotone in d) c_inf(2, 2)'s
+    attained value; the inf-norm constant is above the 2-norm one's lower bound in d = 1 (c_inf(2, 1) = c_2(2, 1))."""
+    two = global_l2_constant(2, 3, "2", tol=0.01)
+    assert two.witness.shape == (2, 3) and "dimension reduction" in two.method and two.complete
+    assert two.lower <= two.upper
+    inf = global_l2_constant(2, 3, "inf", tol=0.01)
+    assert inf.complete and inf.witness.shape == (2, 3) and inf.lower <= inf.upper <= inf.lower * 1.011
+    rng = np.random.default_rng(0)
+    Y = random_configurations(rng, 2, 3)
+    assert np.all(reference_norm(Y, "2") <= two.upper) and np.all(reference_norm(Y, "inf") <= inf.upper)
+    plane = {(e["N"], e["d"], e["norm"]): e for e in entries()}[(2, 2, "inf")]
+    assert inf.upper >= plane["lower"]
+    assert inf.lower > plane["upper"]  # a third axis lets the inf-norm grow: d = 3 is not d = 2
+
+
+@settings(max_examples=30, deadline=None)
+@given(N=st.integers(2, 3), seed=st.integers(0, 10_000))
+def test_octant_domain_holds_an_image_of_every_configuration(N: int, seed: int) -> None:
+    """Any configuration of N points in R^3 with a closest pair (1, 2) and every point within (N - 1) r of y_1,
+    translated to y_1 = 0 and moved by the signed axis permutation that sorts |y_2|, lies in the octant domain with
+    the same ||M||_inf."""
+    from certify.bounds.global_l2._domain import octant_domain
+
+    rng = np.random.default_rng(seed)
+    r = 3.5
+    dom = octant_domain(N, 3, r)
+    Y = rng.normal(size=(N, 3)) * rng.uniform(0.1, 1.0)
+    distances = np.linalg.norm(Y[:, None] - Y[None], axis=-1) + np.eye(N) * 1e9
+    i, j = np.unravel_index(np.argmin(distances), distances.shape)
+    order = [i, j] + [k for k in range(N) if k not in (i, j)]
+    Y = Y[order] - Y[order][0]
+    signs = np.where(Y[1] < 0, -1.0, 1.0)
+    axes = np.argsort(-np.abs(Y[1]))
+    Z = (Y * signs)[:, axes]
+    theta = Z[1:].reshape(-1)
+    assert np.all(theta >= dom.lo - 1e-12) and np.all(theta <= dom.hi + 1e-12)
+    assert np.all(dom.constraints @ theta <= 1e-12)
+    assert np.allclose(dom.par.points(theta[None])[0], Z)
+    assert reference_norm(Z[None], "inf")[0] == pytest.approx(reference_norm(Y[None], "inf")[0], rel=1e-12)

@@ -22,7 +22,7 @@ from .closed_form import certified_table, factorised_weight_factors, require_glo
 from .global_l2 import global_l2_constant
 from .local import LowerSearch, local_bound
 
-GLOBAL_MAX_TOKENS = {1: 6, 2: 4}
+GLOBAL_MAX_TOKENS = {1: 6, 2: 4, 3: 3}
 """Head width d -> the largest N the global search domains cover (`global_l2._domain`)."""
 
 

@@ -48,6 +48,8 @@ from ..bounds.global_l2 import (
     refine,
     search_lower,
 )
+from ..bounds.closed_form._dimension_reduction import reduces
+from ..bounds.global_l2._search import DEFAULT_R, domain, reduced_result
 from ._checkpoint import Checkpoint, SearchState, load_checkpoint, save_checkpoint
 from ._tasks import evaluate_batch
 
@@ -108,6 +110,14 @@ def dask_global_l2_constant(N: int, d: int, norm: str, client, *, r: float | Non
         raise ValueError(f"batch must be an integer >= 1, got {batch!r}")
     retain_freed_memory()
     start = time.perf_counter()
+    if reduces(N, d, norm):  # c_2(N, d) from c_2(N, N - 1); a checkpoint holds that search
+        base = dask_global_l2_constant(N, N - 1, norm, client, r=r, tol=tol, time_budget=time_budget, batch=batch,
+                                       lower_restarts=lower_restarts, seed=seed, second_order=second_order,
+                                       third_order=third_order, split=split, max_in_flight=max_in_flight,
+                                       checkpoint=checkpoint, checkpoint_every=checkpoint_every, progress=progress,
+                                       on_batch=on_batch)
+        return reduced_result(base, d, start)
+    domain(N, d, norm, DEFAULT_R)  # a ValueError now, before the recursion, where no domain covers (N, d, norm)
     smaller = dict(smaller or {})
     smaller[1] = 1.0
     for s in range(2, N):

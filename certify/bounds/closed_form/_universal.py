@@ -28,6 +28,7 @@ from ...attention import check_tokens
 from ...jacobian import check_norm
 from ._lambert import phi_inverse
 from .._rounding import round_up
+from ._dimension_reduction import reduced_upper, reduces
 
 
 class UniversalConstant(NamedTuple):
@@ -52,13 +53,21 @@ def certified_table() -> dict[tuple[int, int, str], dict]:
 
 
 def universal_constant(N: int, d: int, norm: str) -> UniversalConstant:
-    """A certified upper bound on c_norm(N, d): the shipped table where it covers (N, d), else the default."""
+    """A certified upper bound on c_norm(N, d): the shipped table where it covers (N, d); else, for the 2-norm with
+    d >= N, the table's c_2(N, N - 1) through the dimension reduction (`_dimension_reduction`:
+    c_2(N, d) <= max(c_2(N, N - 1), sqrt((N + 1) / 2))); else the default."""
     check_tokens(N)
     check_norm(norm)
     if N == 1:
         return UniversalConstant(1.0, "exact (N = 1: M = I)")
-    entry = certified_table().get((N, d, norm))
+    table = certified_table()
     default = default_constant(N, d, norm)
+    entry = table.get((N, d, norm))
     if entry is not None and entry["upper"] < default:
         return UniversalConstant(float(entry["upper"]), f"certified table ({entry.get('method', 'branch and bound')})")
+    reduced = table.get((N, N - 1, norm)) if reduces(N, d, norm) else None
+    if reduced is not None and reduced_upper(reduced["upper"], N) < default:
+        return UniversalConstant(reduced_upper(reduced["upper"], N),
+                                 f"certified table's c_2({N}, {N - 1}) through the dimension reduction "
+                                 "(proofs/dimension_reduction.py)")
     return UniversalConstant(default, "Theorem 3.2 constant")

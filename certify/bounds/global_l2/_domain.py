@@ -16,8 +16,9 @@ r-connected ones, up to symmetry.
   dropped when every configuration in them has a pair closer than (1, 2), or violates the normalisation (N = 3:
   y_3 = (b, c) with c >= 0 (reflect y), b <= a / 2 (swap 1, 2 and reflect x -> a - x); N = 4: b + e <= a, b <= e,
   c >= 0), or is not r-connected (then the tail bound covers it).
-- d = 2, inf-norm (``octant_plane_domain``): rotations do not preserve ||.||_inf, only the 8 signed permutations
-  of the axes do; y_2 = (u, v) with 0 <= v <= u stays free.
+- d >= 2, inf-norm (``octant_domain``): rotations do not preserve ||.||_inf, only the 2^d d! signed permutations of
+  the axes do; y_2 with sorted nonnegative coordinates stays free (d = 2: y_2 = (u, v), 0 <= v <= u).
+- d >= N, 2-norm: no domain; `_reduction` reduces c_2(N, d) to c_2(N, N - 1).
 """
 
 from __future__ import annotations
@@ -124,17 +125,14 @@ def gap_domain(N: int, r: float) -> Domain:
                   f"d = 1 gaps in [0, {r}]^{N - 1}, g_1 <= g_(N-1)", constraints)
 
 
-def _plane_par(N: int, y2_free: bool) -> Parametrisation:
-    """d = 2: y_1 = 0; y_2 = (a, 0) (rotation quotiented) or (u, v); then y_k = two parameters each."""
-    first = 2 if y2_free else 1
-    L = first + 2 * (N - 2)
+def _plane_par(N: int) -> Parametrisation:
+    """d = 2: y_1 = 0; y_2 = (a, 0) (rotation quotiented); then y_k = two parameters each."""
+    L = 1 + 2 * (N - 2)
     A = np.zeros((N, 2, L))
     A[1, 0, 0] = 1.0
-    if y2_free:
-        A[1, 1, 1] = 1.0
     for k in range(2, N):
-        A[k, 0, first + 2 * (k - 2)] = 1.0
-        A[k, 1, first + 2 * (k - 2) + 1] = 1.0
+        A[k, 0, 1 + 2 * (k - 2)] = 1.0
+        A[k, 1, 2 + 2 * (k - 2)] = 1.0
     return Parametrisation(A)
 
 
@@ -146,7 +144,7 @@ def plane_domain(N: int, r: float) -> Domain:
     """
     if not 2 <= N <= 4:
         raise ValueError(f"the d = 2 domain is implemented for N = 2..4, got N = {N}")
-    par = _plane_par(N, y2_free=False)
+    par = _plane_par(N)
     r = float(r)
     if N == 2:
         return Domain(par, np.array([0.0]), np.array([r]), f"d = 2, y_2 = (a, 0), a in [0, {r}]", np.zeros((0, 1)))
@@ -160,21 +158,41 @@ def plane_domain(N: int, r: float) -> Domain:
                   np.array([[-1.0, 1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, -1.0, 0.0]]), closest_pair=True)
 
 
-def octant_plane_domain(N: int, r: float) -> Domain:
-    """d = 2, inf-norm: only signed permutations of the axes preserve ||.||_inf, so rotations stay in the search.
+def _octant_par(N: int, d: int) -> Parametrisation:
+    """y_1 = 0; y_k = d free parameters each (y_2 first)."""
+    A = np.zeros((N, d, d * (N - 1)))
+    for k in range(1, N):
+        A[k, :, d * (k - 1):d * k] = np.eye(d)
+    return Parametrisation(A)
 
-    Closest pair y_1 = 0, y_2 = (u, v) with 0 <= v <= u (the 8 signed axis permutations), u, v in [0, r]; other points
-    within (N - 1) r of y_1 (r-connected); for N = 4, y_3 = (b, c), y_4 = (e, f) with b <= e.
+
+def octant_domain(N: int, d: int, r: float) -> Domain:
+    """d >= 2, inf-norm: only the 2^d d! signed permutations of the axes preserve ||.||_inf, so rotations stay in the
+    search.
+
+    Closest pair y_1 = 0, y_2 with sorted nonnegative coordinates y_21 >= ... >= y_2d >= 0 (a signed permutation of
+    the axes, applied to every point, takes any y_2 there), each in [0, r] (||y_2|| < r when r-connected); the other
+    points within (N - 1) r of y_1 in each coordinate (r-connected: a path of at most N - 1 edges shorter than r); for
+    N = 4, y_3's first coordinate <= y_4's (swap tokens 3 and 4).
     """
     if not 2 <= N <= 4:
-        raise ValueError(f"the d = 2 domain is implemented for N = 2..4, got N = {N}")
-    par = _plane_par(N, y2_free=True)
+        raise ValueError(f"the inf-norm domain for d >= 2 is implemented for N = 2..4, got N = {N}")
+    if d < 2:
+        raise ValueError(f"octant_domain needs d >= 2 (d = 1: gap_domain), got d = {d}")
+    par = _octant_par(N, d)
     r = float(r)
     R = (N - 1) * r
-    lo = np.array([0.0, 0.0] + [-R] * (2 * (N - 2)))
-    hi = np.array([r, r] + [R] * (2 * (N - 2)))
-    rows = [[-1.0, 1.0] + [0.0] * (2 * (N - 2))]
-    if N == 4:
-        rows.append([0.0, 0.0, 1.0, 0.0, -1.0, 0.0])
-    return Domain(par, lo, hi, f"d = 2 (inf-norm), closest pair y_1 = 0, y_2 = (u, v), 0 <= v <= u, |coords| <= {R}",
-                  np.array(rows), closest_pair=True)
+    L = d * (N - 1)
+    lo = np.array([0.0] * d + [-R] * (L - d))
+    hi = np.array([r] * d + [R] * (L - d))
+    rows = []
+    for c in range(d - 1):  # y_2,c+1 - y_2,c <= 0
+        row = np.zeros(L)
+        row[c], row[c + 1] = -1.0, 1.0
+        rows.append(row)
+    if N == 4:  # y_31 - y_41 <= 0
+        row = np.zeros(L)
+        row[d], row[2 * d] = 1.0, -1.0
+        rows.append(row)
+    return Domain(par, lo, hi, f"d = {d} (inf-norm), closest pair y_1 = 0, y_2 sorted nonnegative, |coords| <= {R}",
+                  np.array(rows).reshape(-1, L), closest_pair=True)

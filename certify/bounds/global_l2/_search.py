@@ -24,6 +24,7 @@ contributes most to their bound's error (h_l ||dM/dtheta_l|| for the mean-value 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import multiprocessing
 import signal
@@ -35,10 +36,11 @@ import numpy as np
 
 from ... import interval as iv
 from ..._memory import retain_freed_memory
-from ._domain import Domain, cluster_partitions, gap_domain, octant_plane_domain, plane_domain
+from ..closed_form._dimension_reduction import embed, reduced_upper, reduces
+from ._domain import Domain, cluster_partitions, gap_domain, octant_domain, plane_domain
 from ._enclosure import Parametrisation
 from ._frontier import Frontier, refine
-from ._lower import polish, search_lower
+from ._lower import core_norm, polish, search_lower
 from ._mean_value import box_bounds
 from ._split import split_bound
 from ._tail import tail_bound, tail_bound_lookup, tail_bound_table
@@ -82,9 +84,10 @@ def domain(N: int, d: int, norm: str, r: float) -> Domain:
         return gap_domain(N, r)
     if d == 2 and norm == "2":
         return plane_domain(N, r)
-    if d == 2 and norm == "inf":
-        return octant_plane_domain(N, r)
-    raise ValueError(f"global branch and bound is implemented for d in (1, 2), got d = {d}")
+    if d >= 2 and norm == "inf":
+        return octant_domain(N, d, r)
+    raise ValueError(f"global branch and bound in the 2-norm is implemented for d in (1, 2), and for d >= N through "
+                     f"the dimension reduction to d = N - 1; got N = {N}, d = {d}")
 
 
 def choose_r(N: int, d: int, norm: str, best_smaller: float, lower: float, tol: float) -> float:
@@ -227,6 +230,18 @@ def plan_search(N: int, d: int, norm: str, smaller: dict[int, float], lower: flo
     return SearchPlan(N, d, norm, float(tol), r, eps, tail_total, setting, method)
 
 
+def reduced_result(base: GlobalL2Result, d: int, start: float) -> GlobalL2Result:
+    """c_2(N, d), d >= N, from the result ``base`` for c_2(N, N - 1) (``_dimension_reduction``): the upper bound
+    max(base.upper, sqrt((N + 1) / 2)) rounded up, the lower bound and witness of ``base`` embedded in R^d."""
+    witness = embed(base.witness, d)
+    return dataclasses.replace(
+        base, d=d, upper=reduced_upper(base.upper, base.N), lower=core_norm(witness, base.norm), witness=witness,
+        seconds=time.perf_counter() - start,
+        method=(f"dimension reduction (proofs/dimension_reduction.py): c_2(N, d) <= max(c_2(N, N - 1), "
+                f"sqrt((N + 1) / 2)) for d >= N; c_2({base.N}, {base.d}) by {base.method}"),
+        details={**base.details, "reduced_from": base.d})
+
+
 def _ignore_interrupt() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is handled by the parent, which stops the workers
 
@@ -267,6 +282,12 @@ def global_l2_constant(N: int, d: int, norm: str, *, r: float | None = None, tol
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
     retain_freed_memory()  # process-wide: freed temporaries stay in the heap (see certify/_memory.py)
     start = time.perf_counter()
+    if reduces(N, d, norm):  # c_2(N, d) from c_2(N, N - 1) (closed_form/_dimension_reduction.py)
+        base = global_l2_constant(N, N - 1, norm, r=r, tol=tol, time_budget=time_budget, batch=batch,
+                                  lower_restarts=lower_restarts, seed=seed, second_order=second_order,
+                                  third_order=third_order, split=split, workers=workers, progress=progress)
+        return reduced_result(base, d, start)
+    domain(N, d, norm, DEFAULT_R)  # a ValueError now, before the recursion, where no domain covers (N, d, norm)
     smaller = dict(smaller or {})
     smaller[1] = 1.0
     for s in range(2, N):
