@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import scipy.special
 import torch
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from certify import AttentionWeights, Ball, NotLipschitzError
 from certify.adversarial import lower_bound, project
@@ -149,3 +149,16 @@ def test_dp_witness_matches_theorem_3_1_formula_in_one_dimension():
     X = torch.tensor([[0.0], [2.0], [-1.0], [5.0]], dtype=F64)
     entry = jacobian(X, weights)[0, 0, 0, 0, 0].item()
     assert entry == pytest.approx(1 / 4 + a_q * a_k * float(np.var(X.numpy())), rel=1e-12)
+
+
+@settings(max_examples=12, deadline=None)
+@given(N=st.integers(2, 3), extra=st.integers(0, 3), H=st.integers(1, 2), scale=st.floats(0.3, 3.0),
+       seed=st.integers(0, 2**31 - 1), norm=st.sampled_from(["2", "inf"]))
+def test_wide_l2_heads_stay_below_the_reduced_constant(N, extra, H, scale, seed, norm):
+    """Heads wider than N (d >= N): the factorised bound (the 2-norm through the dimension reduction of
+    `closed_form/_dimension_reduction.py`) is above adversarial lower bounds and random inputs."""
+    weights = random_weights("l2", H, N + extra, scale=scale, seed=seed)
+    bound = factorised_bound(weights, N, norm).value
+    assert lower_bound(weights, N, norm, restarts=6, steps=40).value <= bound
+    values = jacobian_norm(jacobian(random_inputs(weights, N, batch=16, scale=scale), weights), norm)
+    assert values.max() <= bound
