@@ -450,8 +450,8 @@ def test_rejects_bad_arguments() -> None:
         tail_bound(0.5, 3, 1, "2")
     with pytest.raises(ValueError, match="d in"):  # 2-norm, d = 3 < N: no domain, no reduction
         global_l2_constant(4, 3, "2")
-    with pytest.raises(ValueError, match="N = 2..4"):
-        global_l2_constant(5, 3, "inf")
+    with pytest.raises(ValueError, match="N = 2..6"):
+        global_l2_constant(7, 3, "inf")
 
 
 # -- the branch and bound end to end -----------------------------------------------------------------------------
@@ -708,11 +708,11 @@ def test_global_constant_in_three_dimensions() -> None:
 
 
 @settings(max_examples=30, deadline=None)
-@given(N=st.integers(2, 3), seed=st.integers(0, 10_000))
+@given(N=st.integers(2, 5), seed=st.integers(0, 10_000))
 def test_octant_domain_holds_an_image_of_every_configuration(N: int, seed: int) -> None:
     """Any configuration of N points in R^3 with a closest pair (1, 2) and every point within (N - 1) r of y_1,
-    translated to y_1 = 0 and moved by the signed axis permutation that sorts |y_2|, lies in the octant domain with
-    the same ||M||_inf."""
+    translated to y_1 = 0, moved by the signed axis permutation that sorts |y_2|, tokens 3..N sorted by their first
+    coordinate, lies in the octant domain with the same ||M||_inf."""
     from certify.bounds.global_l2._domain import octant_domain
 
     rng = np.random.default_rng(seed)
@@ -726,8 +726,36 @@ def test_octant_domain_holds_an_image_of_every_configuration(N: int, seed: int) 
     signs = np.where(Y[1] < 0, -1.0, 1.0)
     axes = np.argsort(-np.abs(Y[1]))
     Z = (Y * signs)[:, axes]
+    Z = np.concatenate([Z[:2], Z[2:][np.argsort(Z[2:, 0])]])
     theta = Z[1:].reshape(-1)
     assert np.all(theta >= dom.lo - 1e-12) and np.all(theta <= dom.hi + 1e-12)
     assert np.all(dom.constraints @ theta <= 1e-12)
     assert np.allclose(dom.par.points(theta[None])[0], Z)
     assert reference_norm(Z[None], "inf")[0] == pytest.approx(reference_norm(Y[None], "inf")[0], rel=1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(N=st.integers(4, 6), seed=st.integers(0, 10_000))
+def test_plane_domain_holds_an_image_of_every_configuration(N: int, seed: int) -> None:
+    """Any configuration of N points in the plane, normalised as ``plane_domain`` says (closest pair (1, 2) with
+    y_1 = 0, y_2 = (a, 0); tokens 3..N sorted by x; x -> a - x with 1, 2 swapped when the x's sum above (N - 2) a / 2;
+    y -> -y when y_3 is below the axis), lies in the domain with the same ||M||_2."""
+    rng = np.random.default_rng(seed)
+    dom = domain(N, 2, "2", 3.5)
+    Y = rng.normal(size=(N, 2)) * rng.uniform(0.1, 1.0)
+    distances = np.linalg.norm(Y[:, None] - Y[None], axis=-1) + np.eye(N) * 1e9
+    i, j = np.unravel_index(np.argmin(distances), distances.shape)
+    Z = Y[[i, j] + [k for k in range(N) if k not in (i, j)]] - Y[i]
+    a = np.linalg.norm(Z[1])
+    c, s = Z[1] / a
+    Z = Z @ np.array([[c, -s], [s, c]])  # y_2 onto (a, 0)
+    if Z[2:, 0].sum() > (N - 2) * a / 2:
+        Z = Z[[1, 0] + list(range(2, N))] * np.array([-1.0, 1.0]) + np.array([a, 0.0])
+    Z = np.concatenate([Z[:2], Z[2:][np.argsort(Z[2:, 0])]])
+    if Z[2, 1] < 0:
+        Z = Z * np.array([1.0, -1.0])
+    theta = np.concatenate([[Z[1, 0]], Z[2:].reshape(-1)])
+    assert np.all(theta >= dom.lo - 1e-9) and np.all(theta <= dom.hi + 1e-9)
+    assert np.all(dom.constraints @ theta <= 1e-9)
+    assert np.allclose(dom.par.points(theta[None])[0], Z)
+    assert reference_norm(Z[None], "2")[0] == pytest.approx(reference_norm(Y[None], "2")[0], rel=1e-10)

@@ -14,8 +14,8 @@ r-connected ones, up to symmetry.
 - d = 2, 2-norm (``plane_domain``): label a closest pair 1, 2; translate y_1 to 0 and rotate y_2 onto (a, 0).
   An r-connected configuration has a < r, and every point within (N - 2) r + a < (N - 1) r of y_1. Boxes are
   dropped when every configuration in them has a pair closer than (1, 2), or violates the normalisation (N = 3:
-  y_3 = (b, c) with c >= 0 (reflect y), b <= a / 2 (swap 1, 2 and reflect x -> a - x); N = 4: b + e <= a, b <= e,
-  c >= 0), or is not r-connected (then the tail bound covers it).
+  y_3 = (b, c) with c >= 0 (reflect y), b <= a / 2 (swap 1, 2 and reflect x -> a - x); N >= 4: b_3 <= ... <= b_N,
+  c_3 >= 0, b_3 + ... + b_N <= (N - 2) a / 2), or is not r-connected (then the tail bound covers it).
 - d >= 2, inf-norm (``octant_domain``): rotations do not preserve ||.||_inf, only the 2^d d! signed permutations of
   the axes do; y_2 with sorted nonnegative coordinates stays free (d = 2: y_2 = (u, v), 0 <= v <= u).
 - d >= N, 2-norm: no domain; `_reduction` reduces c_2(N, d) to c_2(N, N - 1).
@@ -139,11 +139,13 @@ def _plane_par(N: int) -> Parametrisation:
 def plane_domain(N: int, r: float) -> Domain:
     """d = 2, 2-norm (invariant under all isometries): closest pair y_1 = 0, y_2 = (a, 0), a in [0, r].
 
-    Normalisation: N = 3: y_3 = (b, c), c >= 0, b <= a / 2, and then ||y_3|| < r (r-connected), so b in [-r, r/2],
-    c in [0, r]. N = 4: y_3 = (b, c), y_4 = (e, f), b + e <= a, b <= e, c >= 0, coordinates within 3 r.
+    Normalisation: N = 3: y_3 = (b, c), c >= 0 (reflect y), b <= a / 2 (swap 1, 2 and reflect x -> a - x), and then
+    ||y_3|| < r (r-connected), so b in [-r, r/2], c in [0, r]. N >= 4: y_k = (b_k, c_k) for k >= 3 with
+    b_3 <= b_4 <= ... <= b_N (permute tokens 3..N), c_3 >= 0 (reflect y), b_3 + ... + b_N <= (N - 2) a / 2 (swap 1, 2
+    and reflect x -> a - x), coordinates within (N - 1) r (N = 4: b + e <= a, b <= e, c >= 0, within 3 r).
     """
-    if not 2 <= N <= 4:
-        raise ValueError(f"the d = 2 domain is implemented for N = 2..4, got N = {N}")
+    if not 2 <= N <= 6:
+        raise ValueError(f"the d = 2 domain is implemented for N = 2..6, got N = {N}")
     par = _plane_par(N)
     r = float(r)
     if N == 2:
@@ -152,10 +154,19 @@ def plane_domain(N: int, r: float) -> Domain:
         return Domain(par, np.array([0.0, -r, 0.0]), np.array([r, r / 2, r]),
                       f"d = 2, closest pair y_1 = 0, y_2 = (a, 0), y_3 = (b, c): b <= a/2, c >= 0, |y_3| < {r}",
                       np.array([[-0.5, 1.0, 0.0]]), closest_pair=True)
-    R = 3 * r
-    return Domain(par, np.array([0.0, -R, 0.0, -R, -R]), np.array([r, R, R, R, R]),
-                  f"d = 2, closest pair y_1 = 0, y_2 = (a, 0), b + e <= a, b <= e, c >= 0, |coords| <= {R}",
-                  np.array([[-1.0, 1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, -1.0, 0.0]]), closest_pair=True)
+    R = (N - 1) * r
+    L = par.L
+    lo, hi = np.full(L, -R), np.full(L, R)
+    lo[0], hi[0], lo[2] = 0.0, r, 0.0
+    sums = np.zeros(L)
+    sums[0], sums[1::2] = -(N - 2) / 2, 1.0
+    rows = [sums]
+    for k in range(N - 3):  # b_(k+3) - b_(k+4) <= 0
+        row = np.zeros(L)
+        row[1 + 2 * k], row[3 + 2 * k] = 1.0, -1.0
+        rows.append(row)
+    return Domain(par, lo, hi, f"d = 2, closest pair y_1 = 0, y_2 = (a, 0), b_3 <= ... <= b_N, sum b_k <= (N - 2) a / 2, "
+                  f"c_3 >= 0, |coords| <= {R}", np.array(rows), closest_pair=True)
 
 
 def _octant_par(N: int, d: int) -> Parametrisation:
@@ -172,11 +183,11 @@ def octant_domain(N: int, d: int, r: float) -> Domain:
 
     Closest pair y_1 = 0, y_2 with sorted nonnegative coordinates y_21 >= ... >= y_2d >= 0 (a signed permutation of
     the axes, applied to every point, takes any y_2 there), each in [0, r] (||y_2|| < r when r-connected); the other
-    points within (N - 1) r of y_1 in each coordinate (r-connected: a path of at most N - 1 edges shorter than r); for
-    N = 4, y_3's first coordinate <= y_4's (swap tokens 3 and 4).
+    points within (N - 1) r of y_1 in each coordinate (r-connected: a path of at most N - 1 edges shorter than r); the
+    first coordinates of y_3, ..., y_N in increasing order (permute tokens 3..N).
     """
-    if not 2 <= N <= 4:
-        raise ValueError(f"the inf-norm domain for d >= 2 is implemented for N = 2..4, got N = {N}")
+    if not 2 <= N <= 6:
+        raise ValueError(f"the inf-norm domain for d >= 2 is implemented for N = 2..6, got N = {N}")
     if d < 2:
         raise ValueError(f"octant_domain needs d >= 2 (d = 1: gap_domain), got d = {d}")
     par = _octant_par(N, d)
@@ -190,9 +201,9 @@ def octant_domain(N: int, d: int, r: float) -> Domain:
         row = np.zeros(L)
         row[c], row[c + 1] = -1.0, 1.0
         rows.append(row)
-    if N == 4:  # y_31 - y_41 <= 0
+    for k in range(3, N):  # y_k1 - y_(k+1)1 <= 0
         row = np.zeros(L)
-        row[d], row[2 * d] = 1.0, -1.0
+        row[d * (k - 2)], row[d * (k - 1)] = 1.0, -1.0
         rows.append(row)
     return Domain(par, lo, hi, f"d = {d} (inf-norm), closest pair y_1 = 0, y_2 sorted nonnegative, |coords| <= {R}",
                   np.array(rows).reshape(-1, L), closest_pair=True)
