@@ -154,13 +154,17 @@ def test_a_ten_percent_too_small_remainder_is_caught(kind):
     assert _caught(kind, 0.9)
 
 
-def test_registered_and_used_by_the_branch_and_bound():
+def test_registered_and_used_by_the_branch_and_bound(monkeypatch):
     weights, N = random_weights("dp", 2, 3, seed=1, bias=True), 4
     X0 = torch.randn(N, weights.D, generator=torch.Generator().manual_seed(0), dtype=F64)
     domain = EpsBall(X0, 1e-2, "inf")
     method = METHODS["taylor"]
     assert method.applies(weights, domain, N, "2") and not method.applies(weights, Ball(1.0), N, "inf")
+    scaled = method.compute(weights, N, "2", domain)
+    # the branch and bound's boxes take the same form without the solver-free relaxation of the taylor method
+    monkeypatch.setattr("certify.bounds.local._taylor.SCALED_MAX", 0)
     cert = method.compute(weights, N, "2", domain)
+    assert scaled.value <= cert.value
     from certify.bounds.local._search import local_bound
 
     without = local_bound(weights, N, "2", domain, time_budget=2.0, max_boxes=1, taylor=False,

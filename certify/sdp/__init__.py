@@ -1,7 +1,7 @@
 """Certified bounds on the largest norm of a matrix in an interval matrix (MATH.md section 7).
 
-`_lmi.py` encodes the SDP relaxation (the atom's canonicalisation); `_certify.py` turns any multipliers into a
-proven bound in float64; `_floating.py` holds the rounding-error arithmetic; `_norm.py` is the entry point.
+`_lmi.py` encodes the SDP relaxation (the atom's canonicalisation); `_scaling.py` chooses multipliers without a
+solver; `_certify.py` turns any multipliers into a proven bound in float64; `_floating.py` holds the rounding-error arithmetic; `_norm.py` is the entry point.
 """
 
 from ._certify import certified_t as certified_t
@@ -19,3 +19,4 @@ from ._norm import baseline_bound as baseline_bound
 from ._norm import enclosure_norm as enclosure_norm
 from ._norm import inf_norm_bound as inf_norm_bound
 from ._norm import magnitude_bound as magnitude_bound
+from ._norm import scaled_bound as scaled_bound

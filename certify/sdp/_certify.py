@@ -54,9 +54,10 @@ def lmi_matrix(enclosure: MatrixEnclosure, a: np.ndarray) -> np.ndarray:
     return M0
 
 
-def certified_t(enclosure: MatrixEnclosure, a: np.ndarray) -> float:
-    """A proven upper bound on max ||J||_2 over the enclosure, from multipliers a (step 4 above)."""
-    return float(up(-lambda_min_lower(lmi_matrix(enclosure, a))))
+def certified_t(enclosure: MatrixEnclosure, a: np.ndarray, guess: float | None = None) -> float:
+    """A proven upper bound on max ||J||_2 over the enclosure, from multipliers a (step 4 above); ``guess``, an
+    estimate of lambda_min of the LMI matrix at t = 0 (saves LAPACK's eigenvalues; only the check proves)."""
+    return float(up(-lambda_min_lower(lmi_matrix(enclosure, a), guess=guess)))
 
 
 def is_certified(enclosure: MatrixEnclosure, a: np.ndarray, t: float) -> bool:
