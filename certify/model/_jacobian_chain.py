@@ -55,6 +55,7 @@ from ..bounds.local._slopes import EXACT_DIAGONAL_MAX, dp_slopes
 from ..bounds.local._taylor import BYTES_PER_ENTRY as TAYLOR_BYTES_PER_ENTRY
 from ..bounds.local._taylor import MEMORY_LIMIT as TAYLOR_MEMORY_LIMIT
 from ..bounds.local._taylor import direction_remainder_times, gram_norm2_upper, nonnegative_norm2_upper
+from ..sdp import MatrixEnclosure, scaled_bound
 from ..interval import Interval, isum, linear_combination, round_down, round_up
 from ._blocks import (ATTENTION_TYPES, Activation, AddConstant, Attention, ChannelAffine, ClassToken, FeedForward,
                       Gather, LayerNorm, Linear, Pool, Residual)
@@ -64,6 +65,9 @@ from ._enclosure import (TINY, U, attention_jacobian, attention_point_jacobian, 
 
 BYTES_PER_ENTRY = 64
 """Bytes per entry of an interval Jacobian G (lo, hi and the temporaries of one interval product)."""
+SCALED_SIDES_MAX = 1024
+"""`ChainEnclosure.lipschitz` (2-norm) also takes `certify.sdp.scaled_bound` of the model's interval Jacobian (m, n0)
+when m + n0 is at most this."""
 GRAM_SIDE_MAX = 1024
 """Signed 2-norms from the Gram matrix of the shorter side (`gram_norm2_upper`) when that side is at most this."""
 
@@ -190,7 +194,11 @@ class ChainEnclosure:
         if norm == "2" and self.domain.norm != "2":
             raise InvalidInputError("the 2-norm error term is computed for l_2-ball domains only")
         error = self.error_inf if norm == "inf" else self.error_2
-        return float(round_up(jacobian_norm_upper(self.W, norm) + error))
+        value = jacobian_norm_upper(self.W, norm)
+        if norm == "2" and sum(self.W.shape) <= SCALED_SIDES_MAX and math.isfinite(value):
+            # the model's Jacobian has few rows: the relaxation with solver-free multipliers (certify.sdp) is cheap
+            value = min(value, scaled_bound(MatrixEnclosure.from_bounds(self.W.lo, self.W.hi)))
+        return float(round_up(value + error))
 
     def linear_lower(self, A: np.ndarray) -> np.ndarray:
         """Certified lower bounds on (A vec(output(x)))_k over the domain, A (K, m) exact floats:
