@@ -66,8 +66,9 @@ from ._enclosure import (TINY, U, attention_jacobian, attention_point_jacobian, 
 BYTES_PER_ENTRY = 64
 """Bytes per entry of an interval Jacobian G (lo, hi and the temporaries of one interval product)."""
 SCALED_SIDES_MAX = 1024
-"""`ChainEnclosure.lipschitz` (2-norm) also takes `certify.sdp.scaled_bound` of the model's interval Jacobian (m, n0)
-when m + n0 is at most this."""
+SCALED_ROWS_MAX = 64
+"""A prefix's 2-norm bound also takes `certify.sdp.scaled_bound` of its interval Jacobian (m, n0) when m is at most
+SCALED_ROWS_MAX and m + n0 at most SCALED_SIDES_MAX (`output_norm_upper`)."""
 GRAM_SIDE_MAX = 1024
 """Signed 2-norms from the Gram matrix of the shorter side (`gram_norm2_upper`) when that side is at most this."""
 
@@ -140,6 +141,17 @@ def jacobian_norm_upper(G: Interval, norm: str) -> float:
     return value
 
 
+def output_norm_upper(G: Interval, norm: str) -> float:
+    """`jacobian_norm_upper` of a prefix's interval Jacobian (m, n0), in the 2-norm also through the relaxation with
+    solver-free multipliers (`certify.sdp.scaled_bound`) when m <= SCALED_ROWS_MAX and m + n0 <= SCALED_SIDES_MAX (a
+    classifier's output; a prefix's bound depends only on its own Jacobian, so an interrupted chain's longest prefix
+    gets the same bound as that prefix certified alone)."""
+    value = jacobian_norm_upper(G, norm)
+    if norm == "2" and G.shape[0] <= SCALED_ROWS_MAX and sum(G.shape) <= SCALED_SIDES_MAX and math.isfinite(value):
+        value = min(value, scaled_bound(MatrixEnclosure.from_bounds(G.lo, G.hi)))
+    return value
+
+
 def memory_estimate(largest_state: int, n0: int, attention_sizes: list[tuple[int, int, str]]) -> int:
     """Bytes for the largest G (state entries x n0 inputs) or the largest attention Taylor form ((N D)^2 entries)."""
     from ..bounds.local import memory_estimate as taylor_memory
@@ -194,11 +206,7 @@ class ChainEnclosure:
         if norm == "2" and self.domain.norm != "2":
             raise InvalidInputError("the 2-norm error term is computed for l_2-ball domains only")
         error = self.error_inf if norm == "inf" else self.error_2
-        value = jacobian_norm_upper(self.W, norm)
-        if norm == "2" and sum(self.W.shape) <= SCALED_SIDES_MAX and math.isfinite(value):
-            # the model's Jacobian has few rows: the relaxation with solver-free multipliers (certify.sdp) is cheap
-            value = min(value, scaled_bound(MatrixEnclosure.from_bounds(self.W.lo, self.W.hi)))
-        return float(round_up(value + error))
+        return float(round_up(output_norm_upper(self.W, norm) + error))
 
     def linear_lower(self, A: np.ndarray) -> np.ndarray:
         """Certified lower bounds on (A vec(output(x)))_k over the domain, A (K, m) exact floats:
@@ -729,7 +737,7 @@ def _enclose_chain(blocks: tuple, x0: np.ndarray, domain: Domain, names: list[st
         seconds_2.append(s_2 if domain.norm == "2" else math.inf)
         point = out_point
         box = _box(naive, point, widened, s_inf, domain)
-        value = float(round_up(jacobian_norm_upper(widened, domain.norm) + (s_inf if domain.norm == "inf" else s_2)))
+        value = float(round_up(output_norm_upper(widened, domain.norm) + (s_inf if domain.norm == "inf" else s_2)))
         prefixes.append(PrefixBound(names[k] if names else type(block).__name__, value, float(np.max(box.rad)),
                                     time.perf_counter() - t))
         if progress is not None:

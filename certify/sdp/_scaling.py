@@ -56,7 +56,7 @@ def scaled_multipliers(enclosure: MatrixEnclosure, *, iterations: int = 40,
     alpha0 = np.log(perron[0])
     beta0 = -np.log(perron[:, 0]) + alpha0[0]
     best = {"value": math.inf, "theta": np.concatenate([alpha0, beta0])}
-    state = {"v0": None}
+    state = {"v0": np.full(m + n, 1.0 / math.sqrt(m + n))}  # a fixed start: the result does not depend on a seed
 
     def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
         if deadline is not None and time.perf_counter() > deadline and math.isfinite(best["value"]):
