@@ -81,7 +81,8 @@ TARGETS = {(7, 1): 1.10, (8, 1): 1.10, (4, 2): 1.10}
 """Issue 19's target ratios upper / lower for the entries it asks for (other entries: complete at their tol)."""
 
 
-def status(upper: float, lower: float, complete: bool, tol: float, N: int, d: int) -> tuple[str, bool]:
+def status(upper: float, lower: float, complete: bool, tol: float, N: int, d: int,
+           resumable: bool = False) -> tuple[str, bool]:
     """The entry's status line and whether it is at target: complete with upper / lower <= the issue's target (or,
     without one, complete at its tolerance), ``upper`` being the value the table ships. An incomplete entry is still
     certified (its open boxes keep their parents' bounds) but is marked "not at target"."""
@@ -92,7 +93,8 @@ def status(upper: float, lower: float, complete: bool, tol: float, N: int, d: in
         return f"complete (ratio {ratio:.4f} at tol {tol:g})", True
     why = "time budget reached with open boxes" if not complete else f"complete at tol {tol:g}"
     goal = f"ratio <= {target:g}" if target is not None else f"complete at tol {tol:g}"
-    return f"not at target: {why}, ratio {ratio:.4f} (target {goal}); resumable from its checkpoint", False
+    resume = "; resumable from its checkpoint" if resumable else "; rerun with --dask --checkpoint FILE to resume it later"
+    return f"not at target: {why}, ratio {ratio:.4f} (target {goal}){resume}", False
 
 
 def command(N: int, d: int, norm: str, args: argparse.Namespace) -> str:
@@ -239,7 +241,7 @@ def record(table: dict, entries: dict, res, N: int, d: int, norm: str, tol: floa
         "command": text,
         "witness": np.asarray(res.witness).tolist(), "complete": res.complete, "tol": tol, "r": res.r,
         "tail": res.tail, "paper": paper, "workers": workers(res, args),
-        "status": status(upper, res.lower, res.complete, tol, N, d)[0],
+        "status": status(upper, res.lower, res.complete, tol, N, d, resumable=args.checkpoint is not None)[0],
         "at_target": status(upper, res.lower, res.complete, tol, N, d)[1],
     }
     if not args.no_write:
