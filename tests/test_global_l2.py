@@ -687,7 +687,25 @@ def test_universal_constant_reduces_wide_heads_to_the_table() -> None:
     wide = universal_constant(3, 16, "2")
     assert wide.value == table[(3, 2, "2")]["upper"] and "dimension reduction" in wide.source
     assert universal_constant(3, 16, "inf").value == default_constant(3, 16, "inf")
-    assert universal_constant(2, 2, "2").value == table[(2, 2, "2")]["upper"]  # the table's own entry first
+    # (2, 2): the smaller of the table's own entry and c_2(2, 1) through the reduction
+    assert universal_constant(2, 2, "2").value == min(table[(2, 2, "2")]["upper"], table[(2, 1, "2")]["upper"])
+
+
+def test_universal_constant_takes_the_smallest_certified_source(monkeypatch) -> None:
+    """A direct table entry looser than the reduced one (a row whose search stopped early) does not hide the
+    reduction, and Theorem 3.2's constant still caps both."""
+    from certify.bounds import default_constant
+    from certify.bounds.closed_form import _universal
+
+    loose = {(3, 3, "2"): {"upper": 3.5}, (3, 2, "2"): {"upper": 1.9641}}
+    monkeypatch.setattr(_universal, "certified_table", lambda: loose)
+    picked = _universal.universal_constant(3, 3, "2")
+    assert picked.value == 1.9641 and "dimension reduction" in picked.source
+    loose[(3, 2, "2")] = {"upper": 50.0}
+    picked = _universal.universal_constant(3, 3, "2")
+    assert picked.value == 3.5 and "certified table (" in picked.source
+    loose[(3, 3, "2")] = {"upper": 50.0}  # both above the default
+    assert _universal.universal_constant(3, 3, "2").value == default_constant(3, 3, "2") < 50.0
 
 
 def test_global_constant_in_three_dimensions() -> None:

@@ -53,21 +53,23 @@ def certified_table() -> dict[tuple[int, int, str], dict]:
 
 
 def universal_constant(N: int, d: int, norm: str) -> UniversalConstant:
-    """A certified upper bound on c_norm(N, d): the shipped table where it covers (N, d); else, for the 2-norm with
-    d >= N, the table's c_2(N, N - 1) through the dimension reduction (`_dimension_reduction`:
-    c_2(N, d) <= max(c_2(N, N - 1), sqrt((N + 1) / 2))); else the default."""
+    """A certified upper bound on c_norm(N, d): the smallest of the shipped table's entry for (N, d), for the 2-norm
+    with d >= N the table's c_2(N, N - 1) through the dimension reduction (`_dimension_reduction`:
+    c_2(N, d) <= max(c_2(N, N - 1), sqrt((N + 1) / 2))), and the default (Theorem 3.2)."""
     check_tokens(N)
     check_norm(norm)
     if N == 1:
         return UniversalConstant(1.0, "exact (N = 1: M = I)")
     table = certified_table()
-    default = default_constant(N, d, norm)
+    candidates = []  # in order of preference on a tie: a direct entry, the reduction, Theorem 3.2
     entry = table.get((N, d, norm))
-    if entry is not None and entry["upper"] < default:
-        return UniversalConstant(float(entry["upper"]), f"certified table ({entry.get('method', 'branch and bound')})")
+    if entry is not None:
+        candidates.append(UniversalConstant(float(entry["upper"]),
+                                            f"certified table ({entry.get('method', 'branch and bound')})"))
     reduced = table.get((N, N - 1, norm)) if reduces(N, d, norm) else None
-    if reduced is not None and reduced_upper(reduced["upper"], N) < default:
-        return UniversalConstant(reduced_upper(reduced["upper"], N),
-                                 f"certified table's c_2({N}, {N - 1}) through the dimension reduction "
-                                 "(proofs/dimension_reduction.py)")
-    return UniversalConstant(default, "Theorem 3.2 constant")
+    if reduced is not None:
+        candidates.append(UniversalConstant(reduced_upper(reduced["upper"], N),
+                                            f"certified table's c_2({N}, {N - 1}) through the dimension reduction "
+                                            "(proofs/dimension_reduction.py)"))
+    candidates.append(UniversalConstant(default_constant(N, d, norm), "Theorem 3.2 constant"))
+    return min(candidates, key=lambda c: c.value)  # the first of the smallest
