@@ -31,6 +31,7 @@ from certify.adversarial import lower_bound
 from certify.attention import as_weights
 from certify.bounds.local._taylor import taylor_bound
 from certify.experiments import ClassifierTask, ToyTask, classifier_batch, toy_batch, train_classifier, train_toy_layer
+from issue15_table import biased_d4_layer  # this folder is first on the path when run as a script
 
 
 def layers() -> list[tuple[str, object, torch.Tensor]]:
@@ -43,13 +44,7 @@ def layers() -> list[tuple[str, object, torch.Tensor]]:
     X, _ = classifier_batch(ClassifierTask(), 1, torch.Generator().manual_seed(7))
     with torch.no_grad():
         found.append(("classifier (trained, N = 6, D = 8)", as_weights(model.attention), model.embed(X)[0].double()))
-    torch.manual_seed(0)
-    d4 = torch.nn.MultiheadAttention(4, 2, bias=True, batch_first=True).double()
-    generator = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        d4.in_proj_bias.copy_(0.5 * torch.randn(12, generator=generator, dtype=torch.float64))
-        d4.out_proj.bias.copy_(0.5 * torch.randn(4, generator=generator, dtype=torch.float64))
-    found.append(("biased-d4 (N = 4)", as_weights(d4.eval()),
+    found.append(("biased-d4 (N = 4)", as_weights(biased_d4_layer()),
                   torch.randn(4, 4, generator=torch.Generator().manual_seed(2), dtype=torch.float64)))
     torch.manual_seed(1)
     fresh = torch.nn.MultiheadAttention(16, 2, batch_first=True)
