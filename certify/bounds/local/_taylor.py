@@ -136,8 +136,11 @@ def predicted_seconds(N: int, D: int, H: int, norm: str, seeds: str, exact_diago
 
 def memory_estimate(N: int, D: int, boxes: int = 1, seeds: str = "directional") -> int:
     """Estimated peak bytes of `taylor_enclosure` on `boxes` boxes of N x D inputs: BYTES_PER_ENTRY (N D)^2 per box
-    (SLOPES_BYTES_PER_ENTRY for seeds "slopes")."""
+    (SLOPES_BYTES_PER_ENTRY for seeds "slopes"; up to N D = COORDINATES_MAX at least the unit tangents' 8 tangents
+    per chunk, which run there too: a few MB)."""
     per_entry = SLOPES_BYTES_PER_ENTRY if seeds == "slopes" else BYTES_PER_ENTRY
+    if seeds == "slopes" and N * D <= COORDINATES_MAX:
+        per_entry = max(per_entry, 8 * BYTES_PER_ENTRY)
     return int(per_entry * (N * D) ** 2 * boxes)
 
 
