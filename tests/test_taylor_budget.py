@@ -121,6 +121,27 @@ def test_the_prediction_grows_with_every_option():
     assert _taylor.predicted_seconds(64, 64, 4, "inf", "slopes")[1] - large == pytest.approx(rows)
 
 
+def test_the_unit_tangents_are_predicted_at_one_enclosure_per_coordinate(monkeypatch):
+    """seeds "coordinates" is a forward pass per input coordinate (in chunks): N D enclosures of J. Predicted at N D / 8
+    it let a 10 s budget run 20 s on a tied L2 layer at (D, H, N) = (64, 4, 6); now that pass is refused before it
+    starts (its prediction forced past the budget by the enclosure's constant, not timed), and a small DP layer's
+    slopes path, which also runs the unit tangents, counts them."""
+    enclosure = _taylor.ENCLOSURE_SECONDS * 4 * (6 * 64) ** 2
+    assert _taylor.predicted_seconds(6, 64, 4, "2", "coordinates")[0] == pytest.approx(enclosure * 6 * 64)
+    small = _taylor.ENCLOSURE_SECONDS * 2 * (6 * 4) ** 2 * (6 * 4)
+    monkeypatch.setattr(_taylor, "COORDINATES_MAX", 0)
+    without = _taylor.predicted_seconds(6, 4, 2, "2", "slopes")[0]
+    monkeypatch.undo()
+    assert _taylor.predicted_seconds(6, 4, 2, "2", "slopes")[0] == pytest.approx(without + small)
+    weights, X0 = _layer_and_centre()
+    # one enclosure 1.5 s: N D = 24 of them (36 s) are refused; at N D / 8 (4.5 s) plus the rest it would have run
+    monkeypatch.setattr(_taylor, "ENCLOSURE_SECONDS", 1.5 / (2 * 24**2))
+    began = time.perf_counter()
+    with pytest.raises(BudgetExceeded, match="raise time_budget"):
+        _taylor.taylor_bound(weights, 6, "2", EpsBall(X0, 1e-2, "inf"), seeds="coordinates", time_budget=5.0)
+    assert time.perf_counter() - began < 5.0
+
+
 def test_the_prediction_is_calibrated_by_the_centre_enclosure(monkeypatch):
     """A machine far slower than the reference (here: a reference enclosure time of 1e-15 s per unit, so the
     measured one is about 1e9 times it) is refused after the centre's enclosure, by the calibrated prediction."""

@@ -110,7 +110,8 @@ def predicted_seconds(N: int, D: int, H: int, norm: str, seeds: str, exact_diago
     """(remainder pass, the rest): reference seconds of `taylor_bound` (module constants), before any nested box.
 
     The remainder pass: `dp_slopes` with `passes` for seeds "slopes", about four enclosures of J for "directional"
-    (one forward pass with a tangent), N D / 8 for "coordinates" (chunks of 16 tangents); the rest: the enclosure
+    (one forward pass with a tangent), N D of them for "coordinates" (a tangent per coordinate: tied L2 with a 10 s
+    budget took 20 s at (D, H, N) = (64, 4, 6), 8 s at (32, 4, 8), when this said N D / 8); the rest: the enclosure
     of J at the centre, the direct enclosure over the box (N D <= DENSE_NORM_MAX), the matrix norm bounds, and for
     the 2-norm with N D <= DENSE_NORM_MAX the dense eigenvalue problems, for the inf-norm with seeds "slopes" one
     pass of the row functionals (unless rows is False). A prediction, not a promise: `dp_slopes` also checks
@@ -121,11 +122,11 @@ def predicted_seconds(N: int, D: int, H: int, norm: str, seeds: str, exact_diago
         first = (SLOPES_SECONDS * units * (1.0 if passes > 1 else ONE_PASS_SHARE)
                  + (EXACT_DIAGONAL_SECONDS * H * N**2 * D**3 if exact_diagonal else 0.0)
                  + (PRODUCT_RULE_SECONDS * H * N**3 * D**2 if product_rule else 0.0)
-                 + (enclosure * max(1.0, n / 8) if n <= COORDINATES_MAX else 0.0))  # the unit tangents too
+                 + (enclosure * n if n <= COORDINATES_MAX else 0.0))  # the unit tangents too
     elif seeds == "directional":
         first = 4 * enclosure
-    else:
-        first = enclosure * max(1.0, n / 8)
+    else:  # one tangent per coordinate, each about one enclosure's work (n / 16 chunks of 16)
+        first = enclosure * n
     rest = enclosure * (2 if n <= DENSE_NORM_MAX else 1) + MATRIX_SECONDS * n**2
     if rows and norm == "inf" and seeds == "slopes":  # the first pass of the row functionals
         rest += ROW_FUNCTIONAL_SECONDS * units
