@@ -1,5 +1,7 @@
-"""The default Taylor remainder of small dot-product layers (N D <= COORDINATES_MAX = 96): the slopes intersected
-with the unit tangents (now) against the unit tangents alone (the default before, ``seeds="coordinates"``).
+"""The default Taylor remainder of small layers: dot-product layers with N D <= COORDINATES_MAX = 96 take the slopes
+intersected with the unit tangents (now) instead of the unit tangents alone (before, ``seeds="coordinates"``); tied
+L2 layers above that size take the unit tangents where their predicted pass fits the budget (now) instead of the one
+interval direction (before, ``seeds="directional"``).
 
     PYTHONPATH=. python benchmarks/small_taylor.py [--eps 1e-3 1e-2 3e-2 1e-1] [--norms 2 inf] [--lower-seconds 3]
                                                    [--json FILE]
@@ -10,10 +12,11 @@ Layers, each with a real input X0 of its own task where it has one:
 - ``classifier``: the dot-product attention of the trained toy classifier (`train_classifier("dp")`, N = 6, D = 8,
   H = 2), X0 = the embedding of the first sequence of its task (`classifier_batch`, seeded);
 - ``biased-d4``: the biased D = 4, H = 2 ``nn.MultiheadAttention`` of issue 15's table (N = 4), X0 Gaussian;
-- ``fresh-d16``: a default-initialised ``nn.MultiheadAttention(16, 2)`` with its biases (N = 6), X0 Gaussian.
+- ``fresh-d16``: a default-initialised ``nn.MultiheadAttention(16, 2)`` with its biases (N = 6), X0 Gaussian;
+- ``l2-d32``: a default-initialised ``certify.L2MultiheadAttention(32, 2)`` (N = 6, N D = 192), X0 Gaussian.
 
-For each l_inf eps-ball about X0 and each norm: the Taylor bound with the unit tangents alone and with the default
-seeds (both with the same 10 s budget), the lower bound (`lower_bound` inside the ball, --lower-seconds, and
+For each l_inf eps-ball about X0 and each norm: the Taylor bound with the seeds of before and with the default
+seeds (both with the same 10 s budget; the seeds each used are printed), the lower bound (`lower_bound` inside the ball, --lower-seconds, and
 ||J(X0)||), the ratios upper / lower and how much of the excess above the lower bound is left (now / before).
 Every certified value is checked against the lower bound (exit status 1 on a violation).
 """
@@ -28,6 +31,7 @@ import torch
 
 from certify._domain import EpsBall
 from certify.adversarial import lower_bound
+import certify
 from certify.attention import as_weights
 from certify.bounds.local._taylor import taylor_bound
 from certify.experiments import ClassifierTask, ToyTask, classifier_batch, toy_batch, train_classifier, train_toy_layer
@@ -35,7 +39,7 @@ from issue15_table import biased_d4_layer  # this folder is first on the path wh
 
 
 def layers() -> list[tuple[str, object, torch.Tensor]]:
-    """(name, weights, X0) for the four layers of the module docstring."""
+    """(name, weights, X0) for the five layers of the module docstring."""
     found = []
     layer, _ = train_toy_layer("dp", ToyTask(), seed=0)
     X, _ = toy_batch(ToyTask(), 1, torch.Generator().manual_seed(7))
@@ -50,6 +54,9 @@ def layers() -> list[tuple[str, object, torch.Tensor]]:
     fresh = torch.nn.MultiheadAttention(16, 2, batch_first=True)
     found.append(("fresh-d16 (N = 6)", as_weights(fresh.eval()),
                   torch.randn(6, 16, generator=torch.Generator().manual_seed(0), dtype=torch.float64)))
+    torch.manual_seed(0)
+    found.append(("l2-d32 (N = 6)", as_weights(certify.L2MultiheadAttention(32, 2)),
+                  torch.randn(6, 32, generator=torch.Generator().manual_seed(1), dtype=torch.float64)))
     return found
 
 
@@ -61,7 +68,7 @@ def main() -> int:
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args()
     rows, violations = [], 0
-    print(f"| layer | eps | norm | tangents (before) | s | default (now) | s | lower | ratio before | ratio now "
+    print(f"| layer | eps | norm | before (seeds) | s | now (seeds) | s | lower | ratio before | ratio now "
           f"| excess now / before |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name, weights, X0 in layers():
@@ -70,7 +77,8 @@ def main() -> int:
             domain = EpsBall(X0, eps, "inf")
             for norm in args.norms:
                 t = time.perf_counter()
-                before = taylor_bound(weights, N, norm, domain, seeds="coordinates", time_budget=10.0)
+                seeds = "coordinates" if weights.kind == "dp" else "directional"
+                before = taylor_bound(weights, N, norm, domain, seeds=seeds, time_budget=10.0)
                 before_s, t = time.perf_counter() - t, time.perf_counter()
                 now = taylor_bound(weights, N, norm, domain, time_budget=10.0)
                 now_s = time.perf_counter() - t
@@ -82,7 +90,9 @@ def main() -> int:
                        "now": now.value, "now_seconds": now_s, "lower": lower, "ratio_before": before.value / lower,
                        "ratio_now": now.value / lower, "excess_ratio": excess}
                 rows.append(row)
-                print(f"| {name} | {eps:g} | {norm} | {before.value:.5g} | {before_s:.1f} | {now.value:.5g} | "
+                row.update(before_seeds=before.details["seeds"], now_seeds=now.details["seeds"])
+                print(f"| {name} | {eps:g} | {norm} | {before.value:.5g} ({before.details['seeds']}) | {before_s:.1f} | "
+                      f"{now.value:.5g} ({now.details['seeds']}) | "
                       f"{now_s:.1f} | {lower:.5g} | {row['ratio_before']:.4g} | {row['ratio_now']:.4g} | "
                       f"{excess:.3g} |", flush=True)
     if violations:

@@ -142,6 +142,24 @@ def test_the_unit_tangents_are_predicted_at_one_enclosure_per_coordinate(monkeyp
     assert time.perf_counter() - began < 5.0
 
 
+def test_tied_l2_above_the_small_sizes_takes_the_unit_tangents_when_they_fit(monkeypatch):
+    """seeds "auto" for tied L2 at N D > COORDINATES_MAX: the unit tangents where their predicted pass fits the
+    budget (tighter than the one interval direction), else the direction; sound either way."""
+    weights = random_weights("l2", 2, 16, scale=1.0, seed=0)
+    X0 = torch.randn(6, 32, generator=torch.Generator().manual_seed(1), dtype=F64)
+    domain = EpsBall(X0, 1e-3, "inf")
+    direction = _taylor.taylor_bound(weights, 6, "2", domain, seeds="directional", time_budget=60.0)
+    tangents = _taylor.taylor_bound(weights, 6, "2", domain, time_budget=60.0)
+    assert tangents.details["seeds"] == "coordinates" and tangents.value < direction.value
+    points = X0 + 1e-3 * (2 * torch.rand(64, 6, 32, generator=torch.Generator().manual_seed(2), dtype=F64) - 1)
+    attained = float(jacobian_norm(jacobian(torch.cat([X0[None], points]), weights), "2").max())
+    assert attained <= tangents.value
+    # one enclosure 0.5 s: 192 of them do not fit 10 s, the direction's 4 (and the rest) do
+    monkeypatch.setattr(_taylor, "ENCLOSURE_SECONDS", 0.5 / (2 * 192**2))
+    fallback = _taylor.taylor_bound(weights, 6, "2", domain, time_budget=10.0)
+    assert fallback.details["seeds"] == "directional" and attained <= fallback.value
+
+
 def test_the_prediction_is_calibrated_by_the_centre_enclosure(monkeypatch):
     """A machine far slower than the reference (here: a reference enclosure time of 1e-15 s per unit, so the
     measured one is about 1e9 times it) is refused after the centre's enclosure, by the calibrated prediction."""
