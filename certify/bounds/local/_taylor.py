@@ -577,8 +577,10 @@ def taylor_bound(weights: AttentionWeights, N: int, norm: str = "2", domain: Dom
     """Certified bound on Lip_norm(F) over a local domain from one Taylor form (module docstring).
 
     EpsBall(X0, eps, p): the box X0 +- eps about X0 (it contains the ball for both p); Ball(R): the box [-R, R]^{N D}
-    about 0 (valid, but loose: use the branch and bound there). seeds: "auto", "directional" or "coordinates"
-    (`taylor_enclosure`). The lower bound in the details is ||J(X0)||_norm,
+    about 0 (valid, but loose: use the branch and bound there). seeds: "auto" (`resolve_seeds`; with a time_budget,
+    tied L2 above COORDINATES_MAX also tries "coordinates" first and keeps it where its predicted pass fits),
+    "directional", "coordinates", "layered" or "slopes" (`taylor_enclosure`); details["seeds"] says which ran. The
+    lower bound in the details is ||J(X0)||_norm,
     attained at the centre, which lies in the domain. With seeds "slopes" and a time_budget, the slopes are averaged
     over up to max_steps nested boxes (`_slopes.integral_slopes`), their extra passes within REFINEMENT_SHARE of the
     budget (the first pass, the centre and the norms are not bounded by it).
