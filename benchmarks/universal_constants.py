@@ -231,6 +231,7 @@ def record(table: dict, entries: dict, res, N: int, d: int, norm: str, tol: floa
         # the branch and bound did not get below the proven Theorem 3.2 constant in time: ship that one
         upper = proven_default(N, d, norm)
         method = f"Theorem 3.2 constant (branch and bound reached only {res.upper:.6g} in {res.seconds:.0f} s)"
+    line, at_target = status(upper, res.lower, res.complete, tol, N, d, resumable=args.checkpoint is not None)
     text = command(N, d, norm, args)
     if resumed:
         text = (f"python benchmarks/universal_constants.py --N {N} --d {d} --norm {norm} --tol {tol:g} --dask "
@@ -241,8 +242,8 @@ def record(table: dict, entries: dict, res, N: int, d: int, norm: str, tol: floa
         "command": text,
         "witness": np.asarray(res.witness).tolist(), "complete": res.complete, "tol": tol, "r": res.r,
         "tail": res.tail, "paper": paper, "workers": workers(res, args),
-        "status": status(upper, res.lower, res.complete, tol, N, d, resumable=args.checkpoint is not None)[0],
-        "at_target": status(upper, res.lower, res.complete, tol, N, d)[1],
+        "status": line,
+        "at_target": at_target,
     }
     if not args.no_write:
         table["entries"] = [entries[k] for k in sorted(entries, key=lambda k: (k[1], k[2], k[0]))]

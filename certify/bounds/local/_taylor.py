@@ -137,11 +137,11 @@ def predicted_seconds(N: int, D: int, H: int, norm: str, seeds: str, exact_diago
 
 def memory_estimate(N: int, D: int, boxes: int = 1, seeds: str = "directional") -> int:
     """Estimated peak bytes of `taylor_enclosure` on `boxes` boxes of N x D inputs: BYTES_PER_ENTRY (N D)^2 per box
-    (SLOPES_BYTES_PER_ENTRY for seeds "slopes"; up to N D = COORDINATES_MAX at least the unit tangents' 8 tangents
-    per chunk, which run there too: a few MB)."""
+    (SLOPES_BYTES_PER_ENTRY for seeds "slopes"; up to N D = COORDINATES_MAX at least the unit tangents'
+    TANGENT_BOXES, which run there too: a few MB)."""
     per_entry = SLOPES_BYTES_PER_ENTRY if seeds == "slopes" else BYTES_PER_ENTRY
     if seeds == "slopes" and N * D <= COORDINATES_MAX:
-        per_entry = max(per_entry, 8 * BYTES_PER_ENTRY)
+        per_entry = max(per_entry, TANGENT_BOXES * BYTES_PER_ENTRY)
     return int(per_entry * (N * D) ** 2 * boxes)
 
 
@@ -194,7 +194,10 @@ SCALED_SLACK = 2.0
 CUT_MAX = 256
 """For p = 2, the dense norm bounds of the cut enclosure (two more eigenvalue problems) only up to this N D."""
 COORDINATES_MAX = 96
-"""With seeds="auto", unit tangents (exact slope, (N D)^3 work: about 2 s at N D = 96 on this CPU) up to this N D."""
+"""With seeds="auto", the unit tangents (exact slope, (N D)^3 work: about 2 s at N D = 96 on this CPU; for DP layers
+intersected with the slopes) up to this N D."""
+TANGENT_BOXES = 8
+"""The unit tangents' memory counts as this many boxes (chunks of 16 tangents, `check_memory`'s chunk // 2)."""
 
 
 def coordinate_remainder(box: Interval, centre: np.ndarray, w: _Weights, chunk: int = 16) -> tuple[Interval, Interval]:
@@ -609,7 +612,7 @@ def taylor_bound(weights: AttentionWeights, N: int, norm: str = "2", domain: Dom
     product_rule, passes, deadline, at_centre, rows = None, 2, None, None, seeds == "slopes"
     if time_budget is not None:
         fitted = None
-        if requested == "auto" and seeds == "directional" and memory_estimate(N, D, 8) <= MEMORY_LIMIT:
+        if requested == "auto" and seeds == "directional" and memory_estimate(N, D, TANGENT_BOXES) <= MEMORY_LIMIT:
             # tied L2 above COORDINATES_MAX: the unit tangents where their calibrated prediction fits the budget
             # (a default-initialised (D, H, N) = (32, 2, 6) layer at eps = 1e-3: 2.05 -> 0.754 with ||J(X0)|| =
             # 0.680, `benchmarks/small_taylor.py`); near the limit the choice follows the machine's load
