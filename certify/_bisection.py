@@ -17,8 +17,9 @@ def largest_certified(test: Callable[[float], bool], start: float, steps: int = 
 
 def largest_radius(radius_at: Callable[[float], float], start: float, steps: int = 12, max_brackets: int = 30,
                    tolerance: float = 0.0) -> tuple[float, int]:
-    """(r, calls): the largest certified radius found, where ``radius_at(e)`` returns a certified radius <= e (e
-    itself when the whole ball of radius e is certified, 0 when nothing is): doubling / quartering from ``start``
+    """(r, calls): the largest certified radius found, where ``radius_at(e)`` returns a certified radius (at least e
+    when the whole ball of radius e is certified, below e when it is not, 0 when nothing is; it may draw on its
+    earlier calls, `certify.model._radius.nested_radius`): doubling / quartering from ``start``
     until a ball is not wholly certified, then bisection between the largest certified radius and the smallest
     radius whose ball was not. A partly certified ball still raises the lower end (the chain's enclosure at e
     certifies every smaller ball about the point, `ChainEnclosure.certified_scale`), so fewer calls are needed. Stops

@@ -60,9 +60,9 @@ def test_progress_is_called_once_per_block():
         certify_model(model, x0, 1e-4, "inf", method=method, progress=seen.append)
         assert seen == list(range(len(model.blocks)))
     seen, steps = [], []
-    radius = certified_radius(model, x0, "inf", progress=seen.append, on_step=lambda e, ok: steps.append((e, ok)))
+    radius = certified_radius(model, x0, "inf", progress=seen.append, on_step=lambda e, r: steps.append((e, r)))
     assert len(seen) == radius.calls * len(model.blocks) and len(steps) == radius.calls
-    assert radius.value == max(e for e, ok in steps if ok) and not radius.interrupted
+    assert radius.value == max(r for _, r in steps) >= max(e for e, r in steps if r >= e) and not radius.interrupted
 
 
 @pytest.mark.parametrize("method,module,name", [("jacobian", _jacobian_chain, "block_jacobian"),
@@ -97,11 +97,11 @@ def test_interrupt_before_any_block_keeps_nothing(monkeypatch):
 @pytest.mark.parametrize("calls", [0, 2, 4])
 def test_interrupted_radius_is_the_largest_certified_so_far(monkeypatch, calls):
     model, x0 = model_and_input(3)
-    steps: list[tuple[float, bool]] = []
+    steps: list[tuple[float, float]] = []
     interrupt_after(monkeypatch, _radius, "model_enclosure", calls)
-    radius = certified_radius(model, x0, "inf", on_step=lambda e, ok: steps.append((e, ok)))
+    radius = certified_radius(model, x0, "inf", on_step=lambda e, r: steps.append((e, r)))
     assert radius.interrupted and len(steps) == calls
-    assert radius.value == max((e for e, ok in steps if ok), default=0.0)
+    assert radius.value == max((r for _, r in steps), default=0.0)
     monkeypatch.undo()
     if radius.value > 0:  # certified: the margins stay positive on the ball (checked by the enclosure again)
         full = certified_radius(model, x0, "inf")

@@ -29,6 +29,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--method", choices=("jacobian", "product"), default="jacobian",
                         help="jacobian: the model's Jacobian enclosed as one product (default); product: the product "
                              "of per-block constants")
+    parser.add_argument("--nested", type=int, default=0, metavar="K",
+                        help="first enclose the balls of radius eps/2^K .. eps/2 and narrow the chain's boxes by "
+                             "their slopes (K + 1 chains' time; default 0)")
     parser.add_argument("--radius", action="store_true",
                         help="also the certified robustness radius of the predicted class about x0")
     parser.add_argument("--vnnlib", metavar="PROPERTY", help="answer a VNNLIB property (verified / falsified / "
@@ -69,9 +72,10 @@ def _certify(args: argparse.Namespace, model: Model, x: np.ndarray) -> ModelCert
     """certify_model with a per-block progress bar (off with --quiet or when stderr is not a terminal)."""
     from ..model import certify_model
 
-    with progress_bar(not args.quiet, total=len(model.blocks), desc="certify model", unit="block",
+    with progress_bar(not args.quiet, total=len(model.blocks) * (args.nested + 1), desc="certify model", unit="block",
                       leave=False) as bar:
-        return certify_model(model, x, args.eps, args.norm, method=args.method, progress=lambda k: bar.update(1))
+        return certify_model(model, x, args.eps, args.norm, method=args.method, progress=lambda k: bar.update(1),
+                             nested=args.nested)
 
 
 def _radius(args: argparse.Namespace, model: Model, x: np.ndarray) -> ModelRadius:
@@ -80,9 +84,9 @@ def _radius(args: argparse.Namespace, model: Model, x: np.ndarray) -> ModelRadiu
 
     best = [0.0]
 
-    def step(eps: float, certified: bool) -> None:
-        best[0] = max(best[0], eps) if certified else best[0]
-        bar.set_postfix_str(f"eps {eps:.3g} {'certified' if certified else 'not certified'}, best {best[0]:.3g}")
+    def step(eps: float, radius: float) -> None:
+        best[0] = max(best[0], radius)
+        bar.set_postfix_str(f"eps {eps:.3g} {'certified' if radius >= eps else 'not certified'}, best {best[0]:.3g}")
 
     with progress_bar(not args.quiet, desc="radius", unit="block", leave=False) as bar:
         return certified_radius(model, x, args.norm, progress=lambda k: bar.update(1), on_step=step)
@@ -154,7 +158,8 @@ def run(args: argparse.Namespace) -> int:
                 f"interrupted: radius {radius.value:.6g} is the largest eps certified before Ctrl-C (the bisection "
                 "stopped early)" if radius.value > 0 else "interrupted before any radius was certified")}
     if not args.quiet:
-        print(f"{args.model}: {args.norm}-ball, eps = {args.eps:g}, method {certificate.method}")
+        nested = f", boxes narrowed by {args.nested} smaller balls" if args.nested else ""
+        print(f"{args.model}: {args.norm}-ball, eps = {args.eps:g}, method {certificate.method}{nested}")
         if certificate.note:
             print(f"  note: {certificate.note}")
         for f in certificate.factors:
@@ -172,7 +177,8 @@ def run(args: argparse.Namespace) -> int:
             print(interrupted["message"])
     if interrupted is not None:
         print(f"certify model: {interrupted['message']}", file=sys.stderr)
-    out = {"model": args.model, "norm": args.norm, "eps": args.eps, "certified": certificate.to_json(),
+    out = {"model": args.model, "norm": args.norm, "eps": args.eps, "nested": args.nested,
+           "certified": certificate.to_json(),
            "attained": None if attained is None else attained.to_json(),
            "radius": None if radius is None else radius.to_json(), "interrupted": interrupted}
     if args.vnnlib is not None and interrupted is None:

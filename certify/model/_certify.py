@@ -132,9 +132,11 @@ def chain_memory(model: Model) -> int:
 
 
 def model_enclosure(model: Model, x0: Any, eps: float | np.ndarray, norm: str = "inf",
-                    progress: Callable[[int], None] | None = None) -> ChainEnclosure:
+                    progress: Callable[[int], None] | None = None, smaller: tuple = ()) -> ChainEnclosure:
     """The first-order enclosure of the model's output over the ball {||x - x0||_norm <= eps} (norm "inf": eps may
-    be an array of per-coordinate radii of the input's shape, a box) (`_jacobian_chain`)."""
+    be an array of per-coordinate radii of the input's shape, a box) (`_jacobian_chain`). ``smaller``: the
+    ``slopes`` of enclosures of smaller balls about the same x0 in the same norm, which narrow its boxes
+    (`_jacobian_chain.nested_spread`)."""
     if norm not in ("2", "inf"):
         raise InvalidInputError(f"norm must be '2' or 'inf', got {norm!r}")
     x = as_state(model, x0)[0].numpy()
@@ -150,11 +152,16 @@ def model_enclosure(model: Model, x0: Any, eps: float | np.ndarray, norm: str = 
         raise InvalidInputError(f"the Jacobian enclosure of this model needs about {need / 2**30:.1f} GiB "
                                 f"(limit {CHAIN_MEMORY_LIMIT / 2**30:.0f} GiB)")
     names = [_name(b) for b in model.blocks]
-    return enclose_chain(model.blocks, x, Domain(x, radius, norm), names, progress)
+    return enclose_chain(model.blocks, x, Domain(x, radius, norm), names, progress, smaller)
+
+
+NESTED_MAX = 8
+"""The most smaller balls `certify_model` encloses first (``nested``)."""
 
 
 def certify_model(model: Model, x0: Any, eps: float, norm: str = "inf", *, method: str = "jacobian",
-                  direct: bool = True, progress: Callable[[int], None] | None = None) -> ModelCertificate:
+                  direct: bool = True, progress: Callable[[int], None] | None = None,
+                  nested: int = 0) -> ModelCertificate:
     """Certified Lip_norm of ``model`` on {x : ||x - x0||_norm <= eps}.
 
     Args:
@@ -167,7 +174,12 @@ def certify_model(model: Model, x0: Any, eps: float, norm: str = "inf", *, metho
             CHAIN_MEMORY_LIMIT); "product": the product of per-block certified constants on propagated boxes (module
             docstring's theorem).
         direct: ("product") use the direct interval Jacobian of LayerNorm + feed-forward residual blocks (else 1 + Lip).
-        progress: called with the index of each top-level block when it is done.
+        progress: called with the index of each top-level block when it is done (by every chain of ``nested``).
+        nested: ("jacobian") first enclose the balls of radius eps / 2^nested, ..., eps / 2 about x0, each with the
+            slopes of the ones before, and narrow every box of the chain on the eps-ball by their slopes
+            (`_jacobian_chain.nested_spread`): nested + 1 chains' time, tighter where the chain's error grows
+            faster than linearly in eps. A Ctrl-C during those smaller balls certifies nothing (their prefixes
+            bound smaller balls, not this one).
 
     Raises:
         ModelInterrupted: on Ctrl-C (KeyboardInterrupt), carrying the certified bound of every prefix of the model
@@ -176,8 +188,10 @@ def certify_model(model: Model, x0: Any, eps: float, norm: str = "inf", *, metho
     _check(norm, eps)
     if method not in METHODS:
         raise InvalidInputError(f"method must be one of {METHODS}, got {method!r}")
+    if isinstance(nested, bool) or not isinstance(nested, int) or not 0 <= nested <= NESTED_MAX:
+        raise InvalidInputError(f"nested must be an integer in [0, {NESTED_MAX}], got {nested!r}")
     try:
-        return _certify_model(model, x0, eps, norm, method, direct, progress)
+        return _certify_model(model, x0, eps, norm, method, direct, progress, nested)
     except ModelInterrupted:
         raise
     except KeyboardInterrupt:  # outside the per-block loops (input checks, memory estimate): nothing certified
@@ -185,14 +199,22 @@ def certify_model(model: Model, x0: Any, eps: float, norm: str = "inf", *, metho
 
 
 def _certify_model(model: Model, x0: Any, eps: float, norm: str, method: str, direct: bool,
-                   progress: Callable[[int], None] | None) -> ModelCertificate:
+                   progress: Callable[[int], None] | None, nested: int = 0) -> ModelCertificate:
     """`certify_model` after its argument checks."""
     start = time.perf_counter()
     note = ""
     if method == "jacobian":
         need = chain_memory(model)
         if need <= CHAIN_MEMORY_LIMIT:
-            enclosure = model_enclosure(model, x0, eps, norm, progress)
+            smaller: list = []
+            for level in range(nested, 0, -1):
+                try:
+                    inner = model_enclosure(model, x0, eps / 2.0**level, norm, progress, tuple(smaller))
+                except KeyboardInterrupt:
+                    raise ModelInterrupted((), len(model.blocks)) from None
+                if inner.slopes is not None:
+                    smaller.append(inner.slopes)
+            enclosure = model_enclosure(model, x0, eps, norm, progress, tuple(smaller))
             return ModelCertificate(enclosure.lipschitz(norm), norm, float(eps), (), float(np.max(enclosure.box.rad)),
                                     time.perf_counter() - start, direct_residuals=direct, method="jacobian",
                                     prefixes=enclosure.prefixes)

@@ -17,7 +17,8 @@ nonnegative matrices) is at most ||Delta_m |W_{m-1}| || + ||Delta_m|| e_{m-1}.
 So Lip_p on the domain <= max ||W_L||_p + e_L (chain rule and mean value on the convex domain, as in `_certify`),
 and F_k(x) - F_k(x0) = (int_0^1 V_k(x0 + t delta) dt) delta lies in W_k delta + err delta with ||err|| <= e_k,
 which gives the boxes S_k: F_k(x0) +- (|W_k| r + e_k max r) (box) or +- (||rows of |W_k| ||_2 + e_k^(2)) eps (l_2
-ball), intersected with the interval image. The segment norms ||A_k .. A_{m+1}|| are norms of products of point
+ball), intersected with the interval image. Given the same chain's slopes on smaller balls about x0, the box takes
+the integral of the smallest slope along each segment instead (`nested_spread`). The segment norms ||A_k .. A_{m+1}|| are norms of products of point
 matrices, so the cancellations between blocks are kept (an interval matrix carried from block to block would grow
 by the absolute-value norm of every block instead). For the l_2 norm of intermediate segments,
 ||P||_2 <= sqrt(||P||_1 ||P||_inf).
@@ -199,6 +200,7 @@ class ChainEnclosure:
     error_inf: float
     error_2: float
     prefixes: tuple[PrefixBound, ...]
+    slopes: "StateSlopes | None" = None  # per state of the chain, for the enclosures of larger balls about x0
 
     def lipschitz(self, norm: str) -> float:
         """max ||W||_norm + error: a certified bound on Lip_norm of the model on the domain (norm "inf", or "2" when
@@ -211,16 +213,23 @@ class ChainEnclosure:
     def linear_lower(self, A: np.ndarray) -> np.ndarray:
         """Certified lower bounds on (A vec(output(x)))_k over the domain, A (K, m) exact floats:
         a^T y(x0) - spread(a^T W) - ||a||_1 e_inf max_m |delta_m|; and a^T box."""
+        lower, slope = self.margin_slopes(A)  # checks A
+        over_box = linear_combination(self.box.reshape(1, self.W.shape[0]), np.asarray(A, dtype=np.float64))[0]
+        return np.maximum(round_down(lower - slope), over_box.lo)
+
+    def margin_slopes(self, A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(lower, slope) per row a of A (K, m): lower <= a^T vec(output(x0)) and slope >= |a^T J(z) delta| for
+        every z in the domain and every delta with x0 + delta in it (|delta_m| <= r_m, or ||delta||_2 <= eps):
+        spread(a^T W) + ||a||_1 e_inf max r, the terms of `linear_lower` (`certify.model._radius.nested_radius`
+        combines the slopes of several balls about x0)."""
         A = np.asarray(A, dtype=np.float64)
         m = self.W.shape[0]
         if A.ndim != 2 or A.shape[1] != m or not np.all(np.isfinite(A)):
             raise InvalidInputError(f"A must be a finite matrix of shape (K, {m}), got {A.shape}")
-        at_point = linear_combination(self.point.reshape(1, m), A)[0]
-        over_box = linear_combination(self.box.reshape(1, m), A)[0]
-        AW = linear_combination(self.W.swapaxes(0, 1), A).swapaxes(0, 1)  # (K, n0)
+        lower = linear_combination(self.point.reshape(1, m), A)[0].lo
+        AW = linear_combination(self.W.swapaxes(0, 1), A).swapaxes(0, 1)
         tail = _up(np.abs(A).sum(1) * self.error_inf * float(self.domain.radius.max()), A.shape[1])
-        mean_value = round_down(round_down(at_point.lo - self.domain.spread(AW)) - tail)
-        return np.maximum(mean_value, over_box.lo)
+        return lower, round_up(self.domain.spread(AW) + tail)
 
     def certified_scale(self, A: np.ndarray) -> float:
         """The largest t in [0, 1] found such that every (A vec(output(x)))_k is certified positive for x in the
@@ -231,14 +240,9 @@ class ChainEnclosure:
         is not certified positive."""
         if np.all(self.linear_lower(A) > 0):
             return 1.0
-        A = np.asarray(A, dtype=np.float64)
-        m = self.W.shape[0]
-        lower = linear_combination(self.point.reshape(1, m), A)[0].lo
+        lower, slope = self.margin_slopes(A)
         if np.any(lower <= 0):
             return 0.0
-        AW = linear_combination(self.W.swapaxes(0, 1), A).swapaxes(0, 1)
-        tail = _up(np.abs(A).sum(1) * self.error_inf * float(self.domain.radius.max()), A.shape[1])
-        slope = round_up(self.domain.spread(AW) + tail)
         with np.errstate(divide="ignore", over="ignore", under="ignore"):
             quotient = np.nextafter(np.nextafter(lower / slope, 0.0), 0.0)
         return float(min(1.0, float(np.min(quotient))))
@@ -539,6 +543,49 @@ def _box(naive: Interval, point: Interval, W: Interval, error_inf: float, domain
 
 
 @dataclasses.dataclass(frozen=True)
+class StateSlopes:
+    """One enclosed ball's slopes per state of the chain: per_unit[key] >= sup over the ball (radius ``radius``
+    about x0, uniform) of |(J_state(x) u)_i| per unit ||u|| (the domain's norm), key = (top-level block, inner step
+    of a residual; -1: the block's output): the box's spread divided by the radius (it is linear in it)."""
+
+    radius: float
+    per_unit: dict
+
+
+def nested_spread(spread: np.ndarray, radius: float, key: tuple[int, int], smaller: tuple[StateSlopes, ...],
+                  record: dict) -> np.ndarray:
+    """A bound on |F(x) - F(x0)|_i over the ball of radius ``radius`` for a state F of the chain whose spread there
+    is ``spread`` (`_spread`), from the slopes of the same state on the smaller balls about x0 (recording this
+    ball's own slope per unit into ``record[key]``).
+
+    F(x) - F(x0) = int_0^1 J_F(x0 + t delta) delta dt, and x0 + t delta lies in the ball of radius t ||delta||, so
+    |F(x) - F(x0)|_i <= int_0^radius sigma_i(s) ds, sigma_i(s) the smallest slope per unit over the balls (this one
+    included) of radius >= s (as `certify.model._radius.nested_radius` does for the margins): a step function,
+    integrated piece by piece, every product and sum rounded up. The enclosures' first-order error grows
+    super-linearly with the radius, so the inner part of each segment costs less; smaller boxes then give every
+    later block a smaller Delta, which is what made the chain diverge. The smaller of this and ``spread``."""
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        per_unit = np.nextafter(spread / radius, np.inf)
+    record[key] = per_unit
+    inner = sorted((b for b in smaller if b.radius < radius and key in b.per_unit), key=lambda b: b.radius)
+    if not inner:
+        return spread
+    radii = [b.radius for b in inner] + [radius]
+    slopes = [b.per_unit[key] for b in inner] + [per_unit]
+    total, sigma, previous = np.zeros_like(spread), per_unit, 0.0
+    sigmas = []
+    for slope in reversed(slopes):
+        sigma = np.minimum(sigma, slope)
+        sigmas.append(sigma)
+    for r, sigma in zip(radii, reversed(sigmas)):
+        width = float(round_up(np.float64(r) - previous))
+        with np.errstate(over="ignore", invalid="ignore"):
+            total = round_up(total + round_up(width * sigma))
+        previous = r
+    return np.minimum(spread, total)
+
+
+@dataclasses.dataclass(frozen=True)
 class _Source:
     """A block m with Delta_m != 0: Delta_m |W_{m-1}| and the norms the bound uses (fixed once computed)."""
 
@@ -641,27 +688,35 @@ def _movement_times(steps: list[Step], W: Interval, delta: np.ndarray) -> np.nda
 
 
 def _one_step(state: _Prefix, block: object, domain: Domain,
-              image: Callable[[np.ndarray], Interval] | None = None) -> tuple[_Prefix, Step]:
+              image: Callable[[np.ndarray], Interval] | None = None,
+              box_of: Callable[..., Interval] | None = None) -> tuple[_Prefix, Step]:
     """One block with the one-step bound: J in A W + B (B = `_times`: Delta |W| entrywise, or tighter with a
     product) plus (||A|| + ||Delta||) e (inner boxes; state.W already holds the first-order error of the prefix).
-    ``image(A)``: an enclosure of A V for every V in state.W, tighter than the interval product (`_segment_image`)."""
+    ``image(A)``: an enclosure of A V for every V in state.W, tighter than the interval product (`_segment_image`);
+    ``box_of(naive, point, W, e)``: the output box (default `_box`; the chain's nests it, `nested_spread`)."""
     step = block_jacobian(block, state.box, state.point, prefix=state, domain=domain)
     A, delta, _ = step
     AW = imatmul(Interval(A, A), state.W) if image is None else image(A)
     W = _widen(AW, _times(step, state.W))
     e_inf = float(_up((Segment(A).norm("inf") + _norm(delta, "inf")) * state.error_inf, 2))
     point = _image_of_point(block, state.point, state.box, A, delta)
-    box = _box(enclose(block, state.box), point, W, e_inf, domain)
+    if box_of is None:
+        box = _box(enclose(block, state.box), point, W, e_inf, domain)
+    else:
+        box = box_of(enclose(block, state.box), point, W, e_inf)
     return _Prefix(box, point, W, e_inf), step
 
 
 def enclose_chain(blocks: tuple, x0: np.ndarray, domain: Domain, names: list[str] | None = None,
-                  progress: Callable[[int], None] | None = None) -> ChainEnclosure:
+                  progress: Callable[[int], None] | None = None,
+                  smaller: tuple[StateSlopes, ...] = ()) -> ChainEnclosure:
     """The module docstring's bound for the top-level blocks about the state x0 (R0, C0); ``progress(k)`` after
-    block k. Ctrl-C raises `ModelInterrupted` with the bounds of the prefixes completed before it."""
+    block k. Ctrl-C raises `ModelInterrupted` with the bounds of the prefixes completed before it. ``smaller``: the
+    `ChainEnclosure.slopes` of smaller balls about the same x0 (same norm), which narrow every box of the chain
+    (`nested_spread`; domains of one radius in every coordinate only)."""
     prefixes: list[PrefixBound] = []
     try:
-        return _enclose_chain(blocks, x0, domain, names, progress, prefixes)
+        return _enclose_chain(blocks, x0, domain, names, progress, prefixes, tuple(smaller))
     except ModelInterrupted:
         raise
     except KeyboardInterrupt:
@@ -669,7 +724,8 @@ def enclose_chain(blocks: tuple, x0: np.ndarray, domain: Domain, names: list[str
 
 
 def _enclose_chain(blocks: tuple, x0: np.ndarray, domain: Domain, names: list[str] | None,
-                   progress: Callable[[int], None] | None, prefixes: list[PrefixBound]) -> ChainEnclosure:
+                   progress: Callable[[int], None] | None, prefixes: list[PrefixBound],
+                   smaller: tuple[StateSlopes, ...] = ()) -> ChainEnclosure:
     """`enclose_chain`, appending each completed prefix's bound to ``prefixes`` as it goes.
 
     The error is kept entrywise as far as it can be: sum_m |A_k .. A_{m+1}| Delta_m (|W_{m-1}| + Err_{m-1}) =: Err_k
@@ -693,6 +749,19 @@ def _enclose_chain(blocks: tuple, x0: np.ndarray, domain: Domain, names: list[st
     s_prev = 0.0  # s_{k-1}: the part of the prefix's error not in `widened`
     sources: list[_Source] = []  # the blocks with Delta_m != 0
     segments: list[Segment] = []  # A_k .. A_{m+1} for each source, updated per block
+    radius = float(domain.radius.max())
+    uniform = domain.norm == "2" or bool(np.all(domain.radius == radius))
+    record: dict = {}
+
+    def box_of(key: tuple[int, int]) -> Callable[..., Interval]:
+        def nested(naive: Interval, point: Interval, W: Interval, e_inf: float) -> Interval:
+            spread = _spread(W, e_inf, domain)
+            if uniform and radius > 0:
+                spread = nested_spread(spread, radius, key, smaller, record)
+            spread = spread.reshape(point.shape)
+            return intersect(naive, Interval(round_down(point.lo - spread), round_up(point.hi + spread)))
+        return nested
+
     for k, block in enumerate(blocks):
         t = time.perf_counter()
         if isinstance(block, Residual):
@@ -700,8 +769,8 @@ def _enclose_chain(blocks: tuple, x0: np.ndarray, domain: Domain, names: list[st
             A_inner, D_inner = None, None
             steps = []
             image = lambda A: _segment_image(A, W, sources, segments)  # noqa: E731 (the prefix's W, before this block)
-            for sub in block.inner:
-                state, step = _one_step(state, sub, domain, image if not steps else None)
+            for j, sub in enumerate(block.inner):
+                state, step = _one_step(state, sub, domain, image if not steps else None, box_of((k, j)))
                 steps.append(step)
                 A_inner, D_inner = step[:2] if A_inner is None else _compose((A_inner, D_inner), step[:2])
             eye_k = np.eye(A_inner.shape[0])
@@ -736,11 +805,12 @@ def _enclose_chain(blocks: tuple, x0: np.ndarray, domain: Domain, names: list[st
         seconds_inf.append(s_inf)
         seconds_2.append(s_2 if domain.norm == "2" else math.inf)
         point = out_point
-        box = _box(naive, point, widened, s_inf, domain)
+        box = box_of((k, -1))(naive, point, widened, s_inf)
         value = float(round_up(output_norm_upper(widened, domain.norm) + (s_inf if domain.norm == "inf" else s_2)))
         prefixes.append(PrefixBound(names[k] if names else type(block).__name__, value, float(np.max(box.rad)),
                                     time.perf_counter() - t))
         if progress is not None:
             progress(k)
-    return ChainEnclosure(domain, point, box, widened, s_inf, s_2, tuple(prefixes))
+    slopes = StateSlopes(radius, record) if uniform and radius > 0 else None
+    return ChainEnclosure(domain, point, box, widened, s_inf, s_2, tuple(prefixes), slopes)
 

@@ -20,6 +20,7 @@ from .._errors import InvalidInputError
 from ._blocks import Model
 from ._certify import model_enclosure
 from ._forward import forward
+from ..interval import round_down, round_up
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,18 +55,104 @@ def _classes(model: Model, x0: Any) -> tuple[int, np.ndarray]:
     return y.size, y
 
 
+@dataclasses.dataclass(frozen=True)
+class BallMargins:
+    """One enclosure's terms for the margins A y on the ball of radius ``radius`` about x0 (`margin_slopes`):
+    ``lower`` <= a^T y(x0), ``slope`` >= |a^T J(z) delta| for z in the ball and ||delta|| <= radius, and
+    ``whole`` (`linear_lower` > 0 on every row: the ball is certified, the output box included)."""
+
+    radius: float
+    lower: np.ndarray
+    slope: np.ndarray
+    whole: bool
+
+
+def _step_slopes(balls: list[BallMargins]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(radii, widths, sigma, lower): the balls' radii sorted, the widths rho_k - rho_(k-1) rounded up, sigma[k] >=
+    the slope per unit radius on (rho_(k-1), rho_k] (the smallest slope_j / rho_j, rounded up, over the balls j with
+    rho_j >= rho_k, which all contain that shell) and the largest lower bound on the margins at x0 (NaN: -inf)."""
+    balls = sorted(balls, key=lambda b: b.radius)
+    radii = np.array([b.radius for b in balls])
+    with np.errstate(divide="ignore", over="ignore"):
+        per_unit = np.stack([np.nextafter(np.where(np.isnan(b.slope), np.inf, b.slope) / b.radius, np.inf)
+                             for b in balls])  # (k, rows)
+    sigma = np.minimum.accumulate(per_unit[::-1], axis=0)[::-1]
+    widths = round_up(radii - np.concatenate([[0.0], radii[:-1]]))
+    lower = np.max(np.stack([np.where(np.isnan(b.lower), -np.inf, b.lower) for b in balls]), axis=0)
+    return radii, widths, sigma, lower
+
+
+def nested_lower(balls: list[BallMargins], radius: float) -> np.ndarray:
+    """Lower bounds on every margin a^T y(x) over the ball ||x - x0|| <= radius (at most the largest ball's):
+    lower - int_0^radius sigma(s) ds (`nested_radius`), the integral rounded up piece by piece."""
+    radii, widths, sigma, lower = _step_slopes(balls)
+    if not 0 <= radius <= radii[-1]:
+        raise InvalidInputError(f"radius must lie in [0, {radii[-1]}] (the largest ball), got {radius}")
+    integral = np.zeros(lower.shape)
+    for k in range(radii.size):
+        start = radii[k - 1] if k else 0.0
+        if start >= radius:
+            break
+        width = widths[k] if radii[k] <= radius else round_up(np.float64(radius) - start)
+        with np.errstate(invalid="ignore"):  # 0 * inf: an empty piece adds nothing
+            step = np.where(width > 0, round_up(width * sigma[k]), 0.0)
+        integral = round_up(integral + step)
+    with np.errstate(invalid="ignore"):
+        return np.where(np.isfinite(integral), round_down(lower - integral), -np.inf)
+
+
+def nested_radius(balls: list[BallMargins]) -> float:
+    """The largest R found with every margin certified positive on the ball of radius R about x0, from the
+    enclosures of several balls about the same x0 (same norm).
+
+    For x = x0 + delta, ||delta|| = R' <= R, the point x0 + t delta lies in the ball of radius t R', so
+        a^T y(x) - a^T y(x0) = int_0^1 a^T J(x0 + t delta) delta dt >= -int_0^R' sigma(s) ds,
+    sigma(s) the smallest slope per unit radius, slope_k / rho_k, over the enclosures with radius rho_k >= s (each
+    holds on its whole ball, so at every point with ||z - x0|| <= s <= rho_k; |a^T J(z) delta| <= sigma R'). The
+    integral is a step function's, a sum over the sorted radii. So the margin is positive up to the smallest R
+    where the largest ``lower`` (every enclosure bounds y(x0)) meets it: with one ball this is `certified_scale`'s
+    radius, with the smaller balls of a search the super-linear growth of the slopes with the radius (the
+    enclosures' first-order error) is paid only on the outer part of the segment. Rounding: every slope per unit and
+    every partial integral is rounded up, the root rounded down twice (its rounding and strictness). A ball certified
+    whole (`whole`) gives its radius. 0 when no ball gives anything."""
+    if not balls:
+        return 0.0
+    best = max((b.radius for b in balls if b.whole), default=0.0)
+    radii, widths, sigma, lower = _step_slopes(balls)
+    if not np.all(lower > 0):
+        return best
+    value = np.inf
+    for row in range(lower.size):
+        integral = 0.0  # an upper bound on int_0^{rho_{k-1}} sigma
+        root = radii[-1]
+        for k in range(radii.size):
+            step = float(round_up(widths[k] * sigma[k, row])) if widths[k] > 0 else 0.0
+            if float(round_up(integral + step)) >= lower[row]:
+                start = radii[k - 1] if k else 0.0
+                with np.errstate(divide="ignore", over="ignore"):
+                    inside = float(round_down(round_down(lower[row] - integral) / sigma[k, row]))
+                root = float(np.nextafter(np.nextafter(round_down(start + inside), 0.0), 0.0))
+                root = min(max(root, 0.0), radii[k])
+                break
+            integral = float(round_up(integral + step))
+        value = min(value, root)
+    return float(max(best, value))
+
+
 def certified_radius(model: Model, x0: Any, norm: str = "inf", label: int | None = None, *, start: float = 1e-5,
                      steps: int = 8, tolerance: float = 0.02, progress: Callable[[int], None] | None = None,
-                     on_step: Callable[[float, bool], None] | None = None) -> ModelRadius:
+                     on_step: Callable[[float, float], None] | None = None) -> ModelRadius:
     """The largest eps found at which every margin y_label - y_j is certified positive on the eps-ball (0 when none
     is, e.g. when ``label`` (default: the float64 prediction) is not the prediction).
 
-    Each call encloses the model on one ball and certifies the largest ball about x0 that this enclosure proves
-    (`ChainEnclosure.certified_scale`: all of it, or a fraction); `_bisection.largest_radius` brackets and bisects
-    (at most ``steps`` steps, stopping once the bracket is within ``tolerance``, relative).
+    Each call encloses the model on one ball, its boxes narrowed by the slopes of the smaller balls enclosed before
+    (`_jacobian_chain.nested_spread`), and certifies the largest ball about x0 that this enclosure and the earlier
+    ones prove together (`nested_radius`: the slopes of the smaller balls on the inner part of each segment from x0;
+    with one ball `ChainEnclosure.certified_scale`); `_bisection.largest_radius` brackets and
+    bisects (at most ``steps`` steps, stopping once the bracket is within ``tolerance``, relative).
 
-    ``progress(k)`` after each top-level block of every enclosure; ``on_step(eps, certified)`` after each tested
-    eps. Ctrl-C (KeyboardInterrupt) returns the largest eps certified so far with ``interrupted`` True.
+    ``progress(k)`` after each top-level block of every enclosure; ``on_step(eps, radius)`` after each tested
+    eps, with the radius certified so far (the ball of radius eps is certified whole when radius >= eps). Ctrl-C (KeyboardInterrupt) returns the largest eps certified so far with ``interrupted`` True.
     """
     begin = time.perf_counter()
     classes, y = _classes(model, x0)
@@ -75,15 +162,21 @@ def certified_radius(model: Model, x0: Any, norm: str = "inf", label: int | None
     A = margin_rows(classes, label)
     passed: list[float] = []
     calls = 0
+    balls: list[BallMargins] = []
+    slopes: list = []  # the chains' `StateSlopes`, which narrow the boxes of the later (larger) balls
 
     def radius_at(eps: float) -> float:
         nonlocal calls
         calls += 1
-        scale = model_enclosure(model, x0, eps, norm, progress).certified_scale(A)
-        radius = eps if scale >= 1.0 else float(np.nextafter(scale * eps, 0.0))  # scale * eps rounded down
+        inner = tuple(b for b in slopes if b.radius < eps)
+        enclosure = model_enclosure(model, x0, eps, norm, progress, smaller=inner)
+        if enclosure.slopes is not None:
+            slopes.append(enclosure.slopes)
+        balls.append(BallMargins(eps, *enclosure.margin_slopes(A), bool(np.all(enclosure.linear_lower(A) > 0))))
+        radius = nested_radius(balls)
         passed.append(radius)
         if on_step is not None:
-            on_step(eps, radius >= eps)
+            on_step(eps, radius)
         return radius
 
     try:
@@ -94,9 +187,16 @@ def certified_radius(model: Model, x0: Any, norm: str = "inf", label: int | None
     return ModelRadius(float(value), norm, label, calls, time.perf_counter() - begin)
 
 
-def vnnlib_bounds(model: Model) -> Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
+NESTED_SCALES = (0.5, 0.25)
+"""`vnnlib_bounds` refines an undecided property with the enclosures of the boxes scaled by these about the centre."""
+
+
+def vnnlib_bounds(model: Model, nested: bool = True) -> Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
     """``lower_bounds(x_lo, x_hi, A)`` for `decide`: certified lower bounds on A y(x) over the input box (inputs
-    X_i in the row-major order of ``model.input_shape``), from the enclosure about the box's midpoint."""
+    X_i in the row-major order of ``model.input_shape``), from the enclosure about the box's midpoint; where a bound
+    is not positive and ``nested``, also from the enclosures of the boxes scaled by `NESTED_SCALES` about it
+    (`nested_lower`, scale t in place of the radius: the point c + t delta lies in the box scaled by t; each scaled
+    radius is rounded up, so its box contains the exact one), the larger bound kept per row."""
     n = int(np.prod(model.input_shape))
 
     def lower_bounds(x_lo: np.ndarray, x_hi: np.ndarray, A: np.ndarray) -> np.ndarray:
@@ -106,6 +206,14 @@ def vnnlib_bounds(model: Model) -> Callable[[np.ndarray, np.ndarray, np.ndarray]
         radius = np.maximum(x_hi - centre, centre - x_lo)
         radius = np.nextafter(radius, np.inf) * (radius > 0)  # covers the rounding of the differences
         shape = tuple(model.input_shape)
-        return model_enclosure(model, centre.reshape(shape), radius.reshape(shape), "inf").linear_lower(A)
+        full = model_enclosure(model, centre.reshape(shape), radius.reshape(shape), "inf")
+        bound = full.linear_lower(A)
+        if not nested or np.all(bound > 0) or not np.any(radius > 0):
+            return bound
+        balls = [BallMargins(1.0, *full.margin_slopes(A), False)]
+        for scale in NESTED_SCALES:
+            inner = model_enclosure(model, centre.reshape(shape), round_up(radius * scale).reshape(shape), "inf")
+            balls.append(BallMargins(scale, *inner.margin_slopes(A), False))
+        return np.maximum(bound, nested_lower(balls, 1.0))
 
     return lower_bounds
