@@ -7,7 +7,7 @@ certified error), the baseline "product" (the product of per-block local constan
 by their direct Jacobian or 1 + Lip), attained (`attained_lipschitz`, an estimate), certified / attained, seconds of
 each; with --radii K also the certified robustness radius (`certified_radius`) of the first K test images.
 
-    PYTHONPATH=. python benchmarks/model_certify.py [--eps 1e-6 1e-5 1e-4 1e-3] [--radii 3] [--json FILE]
+    PYTHONPATH=. python benchmarks/model_certify.py [--eps 1e-6 1e-5 1e-4 1e-3] [--radii 3] [--nested K] [--json FILE]
 
 With --dask (a LocalCluster of --workers processes) or --scheduler ADDRESS each (norm, eps) row is one work unit of
 ``certify.distributed.run_sweep``; --checkpoint FILE keeps the finished rows (atomically, after each), and
@@ -45,12 +45,13 @@ from certify.experiments import train_digits_transformer  # noqa: E402
 from certify.model import attained_lipschitz, certified_radius, certify_model, forward, from_onnx  # noqa: E402
 
 
-def model_row(model, x0: torch.Tensor, unit: tuple[str, float]) -> dict:
-    """One (norm, eps) row: certified (jacobian), the product baseline and the attained value, with their seconds
-    (the work unit of --dask; a pure function of the model, the input and the unit but for the seconds)."""
+def model_row(model, x0: torch.Tensor, unit: tuple[str, float], nested: int = 0) -> dict:
+    """One (norm, eps) row: certified (jacobian, its boxes narrowed by ``nested`` smaller balls), the product
+    baseline and the attained value, with their seconds (the work unit of --dask; a pure function of the model, the
+    input and the unit but for the seconds)."""
     norm, eps = unit
     torch.set_num_threads(1)  # as in the main process: the same reduction order, the same numbers to the last bit
-    cert = certify_model(model, x0, eps, norm)
+    cert = certify_model(model, x0, eps, norm, nested=nested)
     base = certify_model(model, x0, eps, norm, method="product")
     attained = attained_lipschitz(model, x0, eps, norm, restarts=4, steps=10)
     return {"norm": norm, "eps": eps, "certified": cert.value, "baseline": base.value, "attained": attained.value,
@@ -67,12 +68,13 @@ def certify_rows(model, x0: torch.Tensor, units: list[tuple[str, float]], args: 
 
     from certify.distributed import dask_client, run_sweep
 
-    job = {"sweep": "model_certify", "epochs": args.epochs, "input": args.input, "model_sha256": model_sha256}
+    job = {"sweep": "model_certify", "epochs": args.epochs, "input": args.input, "model_sha256": model_sha256,
+           "nested": args.nested}
     with contextlib.ExitStack() as stack:
         client = None
         if args.dask or args.scheduler is not None:
             client = stack.enter_context(dask_client(args.workers, args.scheduler, timeout=args.scheduler_timeout))
-        sweep = run_sweep(units, partial(model_row, model, x0), client, key=lambda u: f"{u[0]}/{u[1]!r}", job=job,
+        sweep = run_sweep(units, partial(model_row, model, x0, nested=args.nested), client, key=lambda u: f"{u[0]}/{u[1]!r}", job=job,
                           encode=dict, decode=dict,
                           checkpoint=args.checkpoint if args.checkpoint is not None else args.resume,
                           resume=args.resume is not None)
@@ -97,6 +99,8 @@ def run() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--eps", type=float, nargs="+", default=[1e-6, 1e-5, 1e-4, 1e-3])
     parser.add_argument("--radii", type=int, default=0, help="certified radii of the first K test images")
+    parser.add_argument("--nested", type=int, default=0, metavar="K",
+                        help="narrow the chain's boxes by the balls eps/2^K .. eps/2 (certify_model's nested)")
     parser.add_argument("--norms", nargs="+", default=["inf", "2"])
     parser.add_argument("--epochs", type=int, default=15)
     parser.add_argument("--input", type=int, default=0, help="index of the test image")
