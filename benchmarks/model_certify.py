@@ -74,7 +74,8 @@ def certify_rows(model, x0: torch.Tensor, units: list[tuple[str, float]], args: 
         client = None
         if args.dask or args.scheduler is not None:
             client = stack.enter_context(dask_client(args.workers, args.scheduler, timeout=args.scheduler_timeout))
-        sweep = run_sweep(units, partial(model_row, model, x0, nested=args.nested), client, key=lambda u: f"{u[0]}/{u[1]!r}", job=job,
+        sweep = run_sweep(units, partial(model_row, model, x0, nested=args.nested), client,
+                          key=lambda u: f"{u[0]}/{u[1]!r}", job=job,
                           encode=dict, decode=dict,
                           checkpoint=args.checkpoint if args.checkpoint is not None else args.resume,
                           resume=args.resume is not None)

@@ -18,10 +18,10 @@ So Lip_p on the domain <= max ||W_L||_p + e_L (chain rule and mean value on the 
 and F_k(x) - F_k(x0) = (int_0^1 V_k(x0 + t delta) dt) delta lies in W_k delta + err delta with ||err|| <= e_k,
 which gives the boxes S_k: F_k(x0) +- (|W_k| r + e_k max r) (box) or +- (||rows of |W_k| ||_2 + e_k^(2)) eps (l_2
 ball), intersected with the interval image. Given the same chain's slopes on smaller balls about x0, the box takes
-the integral of the smallest slope along each segment instead (`nested_spread`). The segment norms ||A_k .. A_{m+1}|| are norms of products of point
-matrices, so the cancellations between blocks are kept (an interval matrix carried from block to block would grow
-by the absolute-value norm of every block instead). For the l_2 norm of intermediate segments,
-||P||_2 <= sqrt(||P||_1 ||P||_inf).
+the integral of the smallest slope along each segment instead (`nested_spread`). The segment norms
+||A_k .. A_{m+1}|| are norms of products of point matrices, so the cancellations between blocks are kept (an
+interval matrix carried from block to block would grow by the absolute-value norm of every block instead). For the
+l_2 norm of intermediate segments, ||P||_2 <= sqrt(||P||_1 ||P||_inf).
 
 Per block: A and Delta from an interval enclosure of the Jacobian over S_{k-1}, cut down with the prefix's own
 first-order form where that is tighter (`block_jacobian`: the set F_{k-1}(domain) has as many dimensions as the

@@ -152,7 +152,8 @@ def certified_radius(model: Model, x0: Any, norm: str = "inf", label: int | None
     bisects (at most ``steps`` steps, stopping once the bracket is within ``tolerance``, relative).
 
     ``progress(k)`` after each top-level block of every enclosure; ``on_step(eps, radius)`` after each tested
-    eps, with the radius certified so far (the ball of radius eps is certified whole when radius >= eps). Ctrl-C (KeyboardInterrupt) returns the largest eps certified so far with ``interrupted`` True.
+    eps, with the radius certified so far (the ball of radius eps is certified whole when radius >= eps). Ctrl-C
+    (KeyboardInterrupt) returns the largest radius certified so far with ``interrupted`` True.
     """
     begin = time.perf_counter()
     classes, y = _classes(model, x0)
