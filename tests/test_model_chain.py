@@ -368,6 +368,31 @@ def test_nested_radius_integrates_the_slopes_of_the_smaller_balls():
     assert nested_radius([]) == 0.0
 
 
+def test_step_integral_of_the_smallest_slope_by_hand():
+    """`_nested.step_integral`, the one integral behind the nested margins and boxes: balls of radius 1, 2, 4 with
+    slopes per unit (3, 1), (1, 5), (2, inf) give sigma = (1, 1), (1, 5), (2, inf) on the shells (0, 1], (1, 2],
+    (2, 4]; so the integral to 3 is (1 + 1 + 2, 1 + 5 + inf) and to 1.5 is (1.5, 3.5), each within rounding above.
+    A zero-width shell adds nothing even where its slope is infinite (0 * inf), NaN slopes read as infinite, and
+    `nested_spread` keeps the smaller of its own spread and this integral."""
+    from certify.model._jacobian_chain import StateSlopes, nested_spread
+    from certify.model._nested import step_integral
+
+    radii = np.array([1.0, 2.0, 4.0])
+    per_unit = np.array([[3.0, 1.0], [1.0, 5.0], [2.0, np.inf]])
+    at3 = step_integral(radii, per_unit, 3.0)
+    assert 4.0 <= at3[0] <= 4.0 * (1 + 1e-12) and at3[1] == np.inf
+    at = step_integral(radii, per_unit, 1.5)
+    assert np.all(at >= [1.5, 3.5]) and np.all(at <= np.array([1.5, 3.5]) * (1 + 1e-12))
+    assert np.all(step_integral(radii, per_unit, 0.0) == 0.0)
+    repeated = step_integral(np.array([1.0, 1.0, 2.0]), np.array([[np.inf], [np.nan], [1.0]]), 2.0)
+    assert 2.0 <= repeated[0] <= 2.0 * (1 + 1e-12)  # (0, 1]: min(inf, NaN -> inf, 1) = 1; (1, 1]: empty
+    record: dict = {}
+    inner = (StateSlopes(1.0, {(0, -1): np.array([1.0, 4.0])}), StateSlopes(1.0, {(0, -1): np.array([np.inf, 0.5])}))
+    spread = nested_spread(np.array([10.0, 1.0]), 2.0, (0, -1), inner, record)
+    assert 6.0 <= spread[0] <= 6.0 * (1 + 1e-12)  # 1 * 1 + 1 * 5 (its own slope 10 / 2 on (1, 2])
+    assert spread[1] == 1.0 and np.all(record[(0, -1)] >= [5.0, 0.5])  # its own spread was already smaller
+
+
 @pytest.mark.parametrize("norm", ["inf", "2"])
 def test_nested_radius_is_sound_and_beats_each_ball_alone(norm):
     """On a small transformer whose enclosure loosens super-linearly with eps, the radius from the balls of a

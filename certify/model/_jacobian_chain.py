@@ -60,6 +60,7 @@ from ..sdp import MatrixEnclosure, scaled_bound
 from ..interval import Interval, isum, linear_combination, round_down, round_up
 from ._blocks import (ATTENTION_TYPES, Activation, AddConstant, Attention, ChannelAffine, ClassToken, FeedForward,
                       Gather, LayerNorm, Linear, Pool, Residual)
+from ._nested import step_integral
 from ._enclosure import (TINY, U, attention_jacobian, attention_point_jacobian, attention_weights, centring,
                          derivative_interval, enclose, feed_forward_product, iaffine, imatmul, intersect,
                          layer_norm_jacobian, layer_norm_parts, layer_norm_product)
@@ -561,7 +562,7 @@ def nested_spread(spread: np.ndarray, radius: float, key: tuple[int, int], small
     F(x) - F(x0) = int_0^1 J_F(x0 + t delta) delta dt, and x0 + t delta lies in the ball of radius t ||delta||, so
     |F(x) - F(x0)|_i <= int_0^radius sigma_i(s) ds, sigma_i(s) the smallest slope per unit over the balls (this one
     included) of radius >= s (as `certify.model._radius.nested_radius` does for the margins): a step function,
-    integrated piece by piece, every product and sum rounded up. The enclosures' first-order error grows
+    integrated piece by piece, every product and sum rounded up (`_nested.step_integral`). The enclosures' first-order error grows
     super-linearly with the radius, so the inner part of each segment costs less; smaller boxes then give every
     later block a smaller Delta, which is what made the chain diverge. The smaller of this and ``spread``."""
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
@@ -570,19 +571,9 @@ def nested_spread(spread: np.ndarray, radius: float, key: tuple[int, int], small
     inner = sorted((b for b in smaller if b.radius < radius and key in b.per_unit), key=lambda b: b.radius)
     if not inner:
         return spread
-    radii = [b.radius for b in inner] + [radius]
-    slopes = [b.per_unit[key] for b in inner] + [per_unit]
-    total, sigma, previous = np.zeros_like(spread), per_unit, 0.0
-    sigmas = []
-    for slope in reversed(slopes):
-        sigma = np.minimum(sigma, slope)
-        sigmas.append(sigma)
-    for r, sigma in zip(radii, reversed(sigmas)):
-        width = float(round_up(np.float64(r) - previous))
-        with np.errstate(over="ignore", invalid="ignore"):
-            total = round_up(total + round_up(width * sigma))
-        previous = r
-    return np.minimum(spread, total)
+    radii = np.array([b.radius for b in inner] + [radius])
+    total = step_integral(radii, np.stack([b.per_unit[key] for b in inner] + [per_unit]), radius)
+    return np.fmin(spread, total)
 
 
 @dataclasses.dataclass(frozen=True)

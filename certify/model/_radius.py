@@ -20,6 +20,7 @@ from .._errors import InvalidInputError
 from ._blocks import Model
 from ._certify import model_enclosure
 from ._forward import forward
+from ._nested import piece, shells, step_integral
 from ..interval import round_down, round_up
 
 
@@ -68,35 +69,24 @@ class BallMargins:
 
 
 def _step_slopes(balls: list[BallMargins]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(radii, widths, sigma, lower): the balls' radii sorted, the widths rho_k - rho_(k-1) rounded up, sigma[k] >=
-    the slope per unit radius on (rho_(k-1), rho_k] (the smallest slope_j / rho_j, rounded up, over the balls j with
-    rho_j >= rho_k, which all contain that shell) and the largest lower bound on the margins at x0 (NaN: -inf)."""
+    """(radii, per_unit, lower): the balls' radii sorted, their slopes per unit radius (slope / rho, rounded up;
+    NaN: +inf) and the largest lower bound on the margins at x0 (NaN: -inf)."""
     balls = sorted(balls, key=lambda b: b.radius)
     radii = np.array([b.radius for b in balls])
-    with np.errstate(divide="ignore", over="ignore"):
-        per_unit = np.stack([np.nextafter(np.where(np.isnan(b.slope), np.inf, b.slope) / b.radius, np.inf)
-                             for b in balls])  # (k, rows)
-    sigma = np.minimum.accumulate(per_unit[::-1], axis=0)[::-1]
-    widths = round_up(radii - np.concatenate([[0.0], radii[:-1]]))
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        per_unit = np.stack([np.nextafter(b.slope / b.radius, np.inf) for b in balls])  # (k, rows)
     lower = np.max(np.stack([np.where(np.isnan(b.lower), -np.inf, b.lower) for b in balls]), axis=0)
-    return radii, widths, sigma, lower
+    return radii, per_unit, lower
 
 
 def nested_lower(balls: list[BallMargins], radius: float) -> np.ndarray:
     """Lower bounds on every margin a^T y(x) over the ball ||x - x0|| <= radius (at most the largest ball's):
-    lower - int_0^radius sigma(s) ds (`nested_radius`), the integral rounded up piece by piece."""
-    radii, widths, sigma, lower = _step_slopes(balls)
+    lower - int_0^radius sigma(s) ds (`nested_radius`), the integral rounded up piece by piece
+    (`_nested.step_integral`)."""
+    radii, per_unit, lower = _step_slopes(balls)
     if not 0 <= radius <= radii[-1]:
         raise InvalidInputError(f"radius must lie in [0, {radii[-1]}] (the largest ball), got {radius}")
-    integral = np.zeros(lower.shape)
-    for k in range(radii.size):
-        start = radii[k - 1] if k else 0.0
-        if start >= radius:
-            break
-        width = widths[k] if radii[k] <= radius else round_up(np.float64(radius) - start)
-        with np.errstate(invalid="ignore"):  # 0 * inf: an empty piece adds nothing
-            step = np.where(width > 0, round_up(width * sigma[k]), 0.0)
-        integral = round_up(integral + step)
+    integral = step_integral(radii, per_unit, radius)
     with np.errstate(invalid="ignore"):
         return np.where(np.isfinite(integral), round_down(lower - integral), -np.inf)
 
@@ -109,26 +99,26 @@ def nested_radius(balls: list[BallMargins]) -> float:
         a^T y(x) - a^T y(x0) = int_0^1 a^T J(x0 + t delta) delta dt >= -int_0^R' sigma(s) ds,
     sigma(s) the smallest slope per unit radius, slope_k / rho_k, over the enclosures with radius rho_k >= s (each
     holds on its whole ball, so at every point with ||z - x0|| <= s <= rho_k; |a^T J(z) delta| <= sigma R'). The
-    integral is a step function's, a sum over the sorted radii. So the margin is positive up to the smallest R
-    where the largest ``lower`` (every enclosure bounds y(x0)) meets it: with one ball this is `certified_scale`'s
-    radius, with the smaller balls of a search the super-linear growth of the slopes with the radius (the
-    enclosures' first-order error) is paid only on the outer part of the segment. Rounding: every slope per unit and
-    every partial integral is rounded up, the root rounded down twice (its rounding and strictness). A ball certified
-    whole (`whole`) gives its radius. 0 when no ball gives anything."""
+    integral is a step function's, a sum over the sorted radii (`_nested.shells`). So the margin is positive up to
+    the smallest R where the largest ``lower`` (every enclosure bounds y(x0)) meets it: with one ball this is
+    `certified_scale`'s radius, with the smaller balls of a search the super-linear growth of the slopes with the
+    radius (the enclosures' first-order error) is paid only on the outer part of the segment. Rounding: every slope
+    per unit and every partial integral is rounded up, the root rounded down twice (its rounding and strictness).
+    A ball certified whole (`whole`) gives its radius. 0 when no ball gives anything."""
     if not balls:
         return 0.0
     best = max((b.radius for b in balls if b.whole), default=0.0)
-    radii, widths, sigma, lower = _step_slopes(balls)
+    radii, per_unit, lower = _step_slopes(balls)
     if not np.all(lower > 0):
         return best
+    starts, widths, sigma = shells(radii, per_unit)
     value = np.inf
     for row in range(lower.size):
         integral = 0.0  # an upper bound on int_0^{rho_{k-1}} sigma
         root = radii[-1]
-        for k in range(radii.size):
-            step = float(round_up(widths[k] * sigma[k, row])) if widths[k] > 0 else 0.0
+        for k, start in enumerate(starts):
+            step = float(piece(widths[k], sigma[k, row]))
             if float(round_up(integral + step)) >= lower[row]:
-                start = radii[k - 1] if k else 0.0
                 with np.errstate(divide="ignore", over="ignore"):
                     inside = float(round_down(round_down(lower[row] - integral) / sigma[k, row]))
                 root = float(np.nextafter(np.nextafter(round_down(start + inside), 0.0), 0.0))
