@@ -101,7 +101,8 @@ def run() -> None:
     parser.add_argument("--eps", type=float, nargs="+", default=[1e-6, 1e-5, 1e-4, 1e-3])
     parser.add_argument("--radii", type=int, default=0, help="certified radii of the first K test images")
     parser.add_argument("--nested", type=int, default=0, metavar="K",
-                        help="narrow the chain's boxes by the balls eps/2^K .. eps/2 (certify_model's nested)")
+                        help="narrow the chain's boxes by K balls of radii eps 2^(-k/K), k = K .. 1 "
+                             "(certify_model's nested)")
     parser.add_argument("--norms", nargs="+", default=["inf", "2"])
     parser.add_argument("--epochs", type=int, default=15)
     parser.add_argument("--input", type=int, default=0, help="index of the test image")

@@ -470,8 +470,9 @@ def test_nested_boxes_are_sound_and_tighter(norm, eps, factor):
 
 
 def test_certify_model_nested_takes_the_smaller_balls_first():
-    """certify_model(..., nested=3) is the chain narrowed by the balls eps/8, eps/4, eps/2 (as enclosed by hand in
-    `test_nested_boxes_are_sound_and_tighter`), its progress called by every chain; bad levels are refused."""
+    """certify_model(..., nested=3) is the chain narrowed by the balls eps 2^(-1), 2^(-2/3), 2^(-1/3) enclosed in
+    that order (as by hand in `test_nested_boxes_are_sound_and_tighter`), its progress called by every chain; bad
+    levels are refused."""
     model = tiny_model(2, classes=3)
     x0 = torch.randn(3, 6, generator=torch.Generator().manual_seed(21), dtype=torch.float64)
     seen: list[int] = []
@@ -479,7 +480,7 @@ def test_certify_model_nested_takes_the_smaller_balls_first():
     plain = certify_model(model, x0, 0.03, "inf")
     assert nested.value < 0.5 * plain.value and len(seen) == 4 * len(model.blocks)
     inner = []
-    for t in (0.125, 0.25, 0.5):
+    for t in (0.5, 2 ** (-2 / 3), 2 ** (-1 / 3)):
         inner.append(model_enclosure(model, x0, 0.03 * t, "inf", smaller=tuple(inner)).slopes)
     assert nested.value == model_enclosure(model, x0, 0.03, "inf", smaller=tuple(inner)).lipschitz("inf")
     for bad in (-1, 9, 1.5, True):

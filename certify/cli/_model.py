@@ -30,7 +30,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                         help="jacobian: the model's Jacobian enclosed as one product (default); product: the product "
                              "of per-block constants")
     parser.add_argument("--nested", type=int, default=0, metavar="K",
-                        help="first enclose the balls of radius eps/2^K .. eps/2 and narrow the chain's boxes by "
+                        help="first enclose K balls of radii eps 2^(-k/K), k = K .. 1, and narrow the chain's boxes by "
                              "their slopes (K + 1 chains' time; default 0)")
     parser.add_argument("--radius", action="store_true",
                         help="also the certified robustness radius of the predicted class about x0")

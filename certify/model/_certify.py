@@ -159,6 +159,11 @@ NESTED_MAX = 8
 """The most smaller balls `certify_model` encloses first (``nested``)."""
 
 
+def smaller_radius(eps: float, level: int, levels: int) -> float:
+    """eps 2^(-level / levels): the radius of `certify_model`'s smaller ball ``level`` of ``levels``."""
+    return float(eps) * 2.0 ** (-level / levels)
+
+
 def certify_model(model: Model, x0: Any, eps: float, norm: str = "inf", *, method: str = "jacobian",
                   direct: bool = True, progress: Callable[[int], None] | None = None,
                   nested: int = 0) -> ModelCertificate:
@@ -175,11 +180,12 @@ def certify_model(model: Model, x0: Any, eps: float, norm: str = "inf", *, metho
             docstring's theorem).
         direct: ("product") use the direct interval Jacobian of LayerNorm + feed-forward residual blocks (else 1 + Lip).
         progress: called with the index of each top-level block when it is done (by every chain of ``nested``).
-        nested: ("jacobian") first enclose the balls of radius eps / 2^nested, ..., eps / 2 about x0, each with the
-            slopes of the ones before, and narrow every box of the chain on the eps-ball by their slopes
-            (`_jacobian_chain.nested_spread`): nested + 1 chains' time, tighter where the chain's error grows
-            faster than linearly in eps. A Ctrl-C during those smaller balls certifies nothing (their prefixes
-            bound smaller balls, not this one).
+        nested: ("jacobian") first enclose K = nested balls about x0, of radii eps 2^(-k/K) for k = K, ..., 1
+            (evenly spaced in log radius between eps/2 and eps: the slope is paid on the outer shell, so dense radii
+            near eps matter and smaller ones hardly do), each with the slopes of the ones before, and narrow every
+            box of the chain on the eps-ball by their slopes (`_jacobian_chain.nested_spread`): K + 1 chains' time,
+            tighter where the chain's error grows faster than linearly in eps. A Ctrl-C during those smaller balls
+            certifies nothing (their prefixes bound smaller balls, not this one).
 
     Raises:
         ModelInterrupted: on Ctrl-C (KeyboardInterrupt), carrying the certified bound of every prefix of the model
@@ -209,7 +215,8 @@ def _certify_model(model: Model, x0: Any, eps: float, norm: str, method: str, di
             smaller: list = []
             for level in range(nested, 0, -1):
                 try:
-                    inner = model_enclosure(model, x0, eps / 2.0**level, norm, progress, tuple(smaller))
+                    inner = model_enclosure(model, x0, smaller_radius(eps, level, nested), norm, progress,
+                                            tuple(smaller))
                 except KeyboardInterrupt:
                     raise ModelInterrupted((), len(model.blocks)) from None
                 if inner.slopes is not None:

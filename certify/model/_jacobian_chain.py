@@ -562,9 +562,10 @@ def nested_spread(spread: np.ndarray, radius: float, key: tuple[int, int], small
     F(x) - F(x0) = int_0^1 J_F(x0 + t delta) delta dt, and x0 + t delta lies in the ball of radius t ||delta||, so
     |F(x) - F(x0)|_i <= int_0^radius sigma_i(s) ds, sigma_i(s) the smallest slope per unit over the balls (this one
     included) of radius >= s (as `certify.model._radius.nested_radius` does for the margins): a step function,
-    integrated piece by piece, every product and sum rounded up (`_nested.step_integral`). The enclosures' first-order error grows
-    super-linearly with the radius, so the inner part of each segment costs less; smaller boxes then give every
-    later block a smaller Delta, which is what made the chain diverge. The smaller of this and ``spread``."""
+    integrated piece by piece, every product and sum rounded up (`_nested.step_integral`). The enclosures'
+    first-order error grows super-linearly with the radius, so the inner part of each segment costs less; smaller
+    boxes then give every later block a smaller Delta, which is what made the chain diverge. The smaller of this and
+    ``spread``."""
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
         per_unit = np.nextafter(spread / radius, np.inf)
     record[key] = per_unit
