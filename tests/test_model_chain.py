@@ -424,7 +424,7 @@ def test_nested_radius_is_sound_and_beats_each_ball_alone(norm):
 
 def test_vnnlib_bounds_refine_with_the_scaled_boxes(tmp_path):
     """A box property just past what one enclosure proves (radius 0.019: margin bound -0.12 alone) is verified
-    with the enclosures of the boxes scaled by 1/2 and 1/4 (+0.07), and an attack finds nothing in it."""
+    with the enclosures of the boxes scaled by 2^(-1/2) and 1/2 (+0.11), and an attack finds nothing in it."""
     from certify.model._radius import margin_rows
 
     model = tiny_model(2, classes=3)

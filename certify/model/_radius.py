@@ -178,8 +178,10 @@ def certified_radius(model: Model, x0: Any, norm: str = "inf", label: int | None
     return ModelRadius(float(value), norm, label, calls, time.perf_counter() - begin)
 
 
-NESTED_SCALES = (0.5, 0.25)
-"""`vnnlib_bounds` refines an undecided property with the enclosures of the boxes scaled by these about the centre."""
+NESTED_SCALES = (2.0**-0.5, 0.5)
+"""`vnnlib_bounds` refines an undecided property with the enclosures of the boxes scaled by these about the centre
+(near 1, where the slopes grow: on the tiny test model at box radius 0.019 the worse margin bound is +0.108 with
+these, +0.070 with (1/2, 1/4))."""
 
 
 def vnnlib_bounds(model: Model, nested: bool = True) -> Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
