@@ -18,7 +18,7 @@ from ..interval import round_up
 
 
 def shells(radii: np.ndarray, per_unit: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(starts, widths, sigma) for radii rho_0 < rho_1 < ... (sorted) and per_unit[k] >= the slope per unit radius
+    """(starts, widths, sigma) for radii rho_0 <= rho_1 <= ... (sorted) and per_unit[k] >= the slope per unit radius
     on ball k (rows: the balls; NaN read as +inf): shell k is (starts[k], rho_k], starts = (0, rho_0, ...), widths
     rho_k - starts[k] rounded up, sigma[k] = min_(j >= k) per_unit[j] (every ball j >= k contains shell k)."""
     radii = np.asarray(radii, dtype=np.float64)
