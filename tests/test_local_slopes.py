@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 from problems import biased_dp_problems, random_weights
 
 from certify._domain import EpsBall
-from certify.bounds.local._enclosure import numpy_weights
-from certify.bounds.local._slopes import dp_slopes, integral_slopes
+from certify.bounds.local._diagonal_kernel import diagonal_slope_by_arrays
+from certify.bounds.local._enclosure import const, numpy_weights
+from certify.bounds.local._slopes import _diagonal_slope, dp_slopes, integral_slopes
 from certify.bounds.local._taylor import taylor_bound
 from certify.interval import Interval
 from certify.jacobian import jacobian, jacobian_norm
@@ -228,3 +229,76 @@ def test_weighted_slopes_reject_bad_weights():
     for bad in (np.ones((3, 2)), -np.ones((2, 3)), np.full((2, 3), np.nan)):
         with pytest.raises(ValueError):
             dp_slopes(box, x0, numpy_weights(weights), weights=bad)
+
+
+def _random_blocks(seed: int, N: int, D: int, width: float, scale: float = 1.0):
+    rng = np.random.default_rng(seed)
+
+    def interval(*shape, w=width):
+        centre, radius = scale * rng.normal(size=shape), scale * w * rng.random(shape)
+        return Interval(centre - radius, centre + radius)
+
+    P_hi = rng.random((N, N))
+    P = Interval(P_hi * rng.random((N, N)), P_hi)
+    h = rng.random((N, D)) * (rng.random((N, D)) < 0.8)  # some zero weights
+    return P, interval(N, N, D), interval(N, N, D), interval(N, D), interval(N, D, D), interval(D, D, w=0.0), \
+        interval(D, D, w=1e-3), const(0.25), h
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 4), st.integers(1, 5), st.sampled_from([0.0, 1e-3, 0.3, 2.0]), st.integers(0, 2**31 - 1))
+def test_the_compiled_diagonal_slope_matches_whole_array_intervals(N, D, width, seed):
+    """The compiled S_A (`_diagonal_kernel`) equals the whole-array interval form to rounding (a wrong index, a
+    dropped term or the t = i term taken like the others would move it by far more than 1e-11)."""
+    P, k, v, b, A, M, W, sigma, h = _random_blocks(seed, N, D, width)
+    compiled = _diagonal_slope(P, k, v, b, A, M, W, sigma, h, np.zeros((N, N)), exact=True)
+    reference = diagonal_slope_by_arrays(P, k, v, b, A, M, W, sigma, h)
+    assert np.all(compiled >= reference * (1 - 1e-12))
+    assert np.all(compiled <= reference * (1 + 1e-11) + 1e-300)
+
+
+def _diagonal_slope_in_rationals(P, k, v, b, A, M, W, sigma, h) -> np.ndarray:
+    """S_A of point blocks (lo = hi) in exact rational arithmetic (`fractions`), rounded to the nearest float."""
+    from fractions import Fraction as Q
+
+    N, D = h.shape
+    q = {name: np.vectorize(Q, otypes=[object])(x.lo) for name, x in
+         dict(P=P, k=k, v=v, b=b, A=A, M=M, W=W).items()}
+    sig = Q(float(sigma.lo))
+    out = np.empty((N, D, D))
+    for i in range(N):
+        for r in range(D):
+            for F in range(D):
+                total = Q(0)
+                for t in range(N):
+                    for s in range(D):
+                        inner = (sig * q["b"][i, s] * (q["k"][i, t, r] * q["v"][i, t, F] - q["A"][i, r, F])
+                                 + q["M"][s, r] * q["v"][i, t, F] + q["k"][i, t, r] * q["W"][s, F])
+                        derivative = q["P"][i, t] * inner
+                        if t == i:
+                            derivative += sig * sum(q["P"][i, l] * q["k"][i, l, s] * q["k"][i, l, r] * q["v"][i, l, F]
+                                                    for l in range(N))
+                        total += Q(float(h[t, s])) * abs(derivative)
+                out[i, r, F] = float(total)
+    return out
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e-110, 1e-160])
+def test_the_compiled_diagonal_slope_is_above_the_exact_rational_value(scale):
+    """On point blocks the compiled S_A is above the exact value computed in rationals, also where every term
+    underflows (scale 1e-110: products of 1e-330; 1e-160: of 1e-480): underflow never drops a term."""
+    P, k, v, b, A, M, W, sigma, h = _random_blocks(4, 2, 3, 0.0, scale=scale)
+    P, W = Interval(P.hi, P.hi), Interval(W.lo, W.lo)
+    exact = _diagonal_slope_in_rationals(P, k, v, b, A, M, W, sigma, h)
+    compiled = _diagonal_slope(P, k, v, b, A, M, W, sigma, h, np.zeros((2, 2)), exact=True)
+    assert np.all(compiled >= exact) and np.all(compiled > 0)
+    if scale == 1.0:
+        assert np.all(compiled <= exact * (1 + 1e-12))
+
+
+def test_the_compiled_diagonal_slope_refuses_huge_ends():
+    """An end above 1e75 (where a product could overflow into NaN) gives +inf, never a finite number."""
+    P, k, v, b, A, M, W, sigma, h = _random_blocks(3, 3, 4, 0.1)
+    huge = Interval(A.lo, np.where(np.arange(A.hi.size).reshape(A.hi.shape) == 5, 1e80, A.hi))
+    assert np.all(_diagonal_slope(P, k, v, b, huge, M, W, sigma, h, np.zeros((3, 3)), exact=True) == np.inf)
+    assert np.all(np.isfinite(_diagonal_slope(P, k, v, b, A, M, W, sigma, h, np.zeros((3, 3)), exact=True)))

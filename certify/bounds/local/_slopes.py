@@ -45,6 +45,7 @@ import numpy as np
 from ..._errors import BudgetExceeded
 from ...interval import Interval, exp, intersect, interval_einsum, isum, reciprocal, round_down, round_up
 from ...sdp._floating import sum_up
+from ._diagonal_kernel import diagonal_slope
 from ._enclosure import _Weights, clip01, const, point_einsum, token_differences
 from ._simplex import simplex_centred_images, simplex_weighted_products
 from ._upper import _add, _einsum_up, _mul
@@ -286,18 +287,7 @@ def _diagonal_slope(P: Interval, k_tilde: Interval, v_tilde: Interval, b: Interv
                     _einsum_up("it,itr,tF->irF", P.mag, k_tilde.mag, h_W))
         return _add(_mul(np.full(1, s), _add(T_part, scaled)), rest)
     T = interval_einsum("il,ils,ilr,ilF->isrF", P, k_tilde, k_tilde, v_tilde)  # [i, s, r, F]
-    out = np.empty((N, D, D))
-    M_sr = M.expand(0).expand(-1)  # (1, s, r, 1): M[s, r] = d k~[r] / d k-input s
-    WVO_sF = WVO.expand(0).expand(2)  # (1, s, 1, F)
-    for i in range(N):
-        inner = ((kv[i].expand(1) - A[i].expand(0).expand(0)) * (b[i] * sigma).reshape(1, D, 1, 1)
-                 + M_sr * v_tilde[i].expand(1).expand(1) + k_tilde[i].expand(1).expand(-1) * WVO_sF)
-        derivative = P[i].reshape(N, 1, 1, 1) * inner  # [t, s, r, F]
-        own = derivative[i] + T[i] * sigma
-        mags = derivative.mag
-        mags[i] = own.mag
-        out[i] = _weighted(h[:, :, None, None], mags, (0, 1))
-    return out
+    return diagonal_slope(P, k_tilde, v_tilde, b * sigma, A, M, WVO, T * sigma, h)
 
 
 def half_widths(box: Interval, centre: np.ndarray) -> np.ndarray:

@@ -89,8 +89,9 @@ by the same factor 1.4, so that the calibrated prediction is about 0.85 (`dp_slo
 ONE_PASS_SHARE = 0.65
 """`dp_slopes` with passes=1 (no refinement of P, v~ and A by their mean-value forms) over passes=2: measured
 0.56-0.89 here, for slopes 5% larger (a fresh layer, eps = 1e-2, from (D, H, N) = (48, 3, 17) to (128, 4, 16))."""
-EXACT_DIAGONAL_SECONDS = 1e-7
-"""Added per H N^2 D^3 by the exact diagonal slope."""
+EXACT_DIAGONAL_SECONDS = 3e-8
+"""Added per H N^2 D^3 by the exact diagonal slope (the compiled `_diagonal_kernel`, two passes: 2.6e-8 measured at
+(N, D) = (17, 48); the numpy form it replaced took 1e-7)."""
 PRODUCT_RULE_SECONDS = 2e-8
 """Added per H N^3 D^2 by the product rule on P_il v~_il."""
 ROW_FUNCTIONAL_SECONDS = 3.5e-7
