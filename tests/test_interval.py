@@ -326,3 +326,52 @@ def test_the_compiled_magnitude_is_numpys_exactly(pairs):
         warnings.simplefilter("error")
         ours = iv.Interval(lo, hi).mag
     assert np.array_equal(ours, np.maximum(np.abs(lo), np.abs(hi)), equal_nan=True)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from([1.0, 1e-160, 1e-300, 1e150]), st.sampled_from([1.0, 1e-170, 1e140]),
+       st.sampled_from([0.0, 1e-3, 0.5]), st.integers(0, 2**31 - 1))
+def test_point_einsum_encloses_the_exact_einsum_of_every_member(x_scale, w_scale, width, seed):
+    """`point_einsum` (interval x, exact float matrices; the two compiled passes of its mid-radius form) contains
+    the exact einsum, computed in rationals, of members of x (vertices and random points), at scales where the
+    products underflow (1e-160 x 1e-170) or the sums would overflow without the power-of-two scaling."""
+    from fractions import Fraction as Q
+
+    from certify.bounds.local._enclosure import point_einsum
+
+    rng = np.random.default_rng(seed)
+    centre = x_scale * rng.normal(size=(2, 3))
+    radius = x_scale * width * rng.random((2, 3))
+    x = iv.Interval(centre - radius, centre + radius)
+    A, B = w_scale * rng.normal(size=(3, 2)), rng.normal(size=(2, 4))
+    out = point_einsum("ia,ab,bc->ic", x, A, B)
+    members = [x.lo, x.hi, np.where(rng.random((2, 3)) < 0.5, x.lo, x.hi)]
+    members += [x.lo + (x.hi - x.lo) * rng.random((2, 3)) for _ in range(3)]
+    for X in members:
+        X = np.clip(X, x.lo, x.hi)
+        for i in range(2):
+            for c in range(4):
+                exact = sum(Q(X[i, a]) * Q(A[a, b]) * Q(B[b, c]) for a in range(3) for b in range(2))
+                assert Q(out.lo[i, c]) <= exact <= Q(out.hi[i, c])
+    assert np.all(out.hi - out.lo <= 1e-9 * np.abs(out.hi) + 2 * x_scale * w_scale * (width * 20 + 1e-9) + 1e-300)
+
+
+@pytest.mark.parametrize("subscripts, shapes", [
+    ("...ilZ,aF,Ea->...iFlEZ", [(2, 3, 3, 4), (5, 6), (7, 5)]),
+    ("...ilZ,aF,Ea->...iFlEZ", [(3, 3, 4), (5, 6), (7, 5)]),
+    ("abk,bq->akq", [(4, 5, 2), (5, 3)]),
+    ("...ic,Ec->...iE", [(2, 1, 3, 4), (6, 4)]),
+])
+def test_point_einsum_writes_the_shape_and_values_of_numpy_einsum(subscripts, shapes):
+    """`point_einsum` sums into arrays of the shape it works out itself (`_einsum_shape`, ellipsis included): the
+    same shape as numpy's einsum, and an enclosure of its value; an ellipsis elsewhere than at the start is refused."""
+    from certify.bounds.local._enclosure import point_einsum
+
+    rng = np.random.default_rng(0)
+    x, *points = [rng.normal(size=shape) for shape in shapes]
+    out = point_einsum(subscripts, iv.Interval(x, x), *points)
+    value = np.einsum(subscripts, x, *points)
+    assert out.shape == value.shape
+    assert np.all(out.lo <= value) and np.all(value <= out.hi) and np.all(out.hi - out.lo <= 1e-12 * (1 + np.abs(value)))
+    with pytest.raises(ValueError, match="ellipsis"):
+        point_einsum("i...,ij->...j", iv.Interval(x, x), points[0])

@@ -26,6 +26,8 @@ import numpy as np
 
 from ...attention import AttentionWeights
 from ...interval import Interval, clip_nonnegative, exp, intersect, isum, reciprocal, round_down, round_up, square
+from ...interval._interval import _raw
+from ...interval._kernels import centre_radius_kernel, mid_radius_kernel
 from ...sdp._floating import ETA, gamma
 from ._dual import Dual, d_exp, d_intersect, d_isum, d_reciprocal, d_square, d_where_zero
 
@@ -41,6 +43,23 @@ def _scale_down(array: np.ndarray) -> int:
     return math.frexp(top)[1] if 0 < top < math.inf else 0
 
 
+def _einsum_shape(subscripts: str, operands: tuple[np.ndarray, ...]) -> tuple[int, ...]:
+    """The shape of einsum(subscripts, *operands) (an ellipsis only at the start of an operand and the output)."""
+    inputs, output = subscripts.split("->")
+    sizes: dict[str, int] = {}
+    leading: tuple[int, ...] = ()
+    if any("..." in letters[3:] or ("..." in letters and not letters.startswith("..."))
+           for letters in (*inputs.split(","), output)):
+        raise ValueError(f"an ellipsis only at the start of an operand: {subscripts!r}")
+    for letters, array in zip(inputs.split(","), operands):
+        if letters.startswith("..."):
+            letters = letters[3:]
+            leading = np.broadcast_shapes(leading, array.shape[:array.ndim - len(letters)])
+        sizes.update(zip(letters, array.shape[array.ndim - len(letters):]))
+    core = tuple(sizes[letter] for letter in output.removeprefix("..."))
+    return leading + core if output.startswith("...") else core
+
+
 def point_einsum(subscripts: str, x: Interval, *points: np.ndarray) -> Interval:
     """einsum(subscripts, x, *points) for an interval x and exact float arrays, rounded outward (docstring).
 
@@ -50,6 +69,15 @@ def point_einsum(subscripts: str, x: Interval, *points: np.ndarray) -> Interval:
     later factor, and the K 1e-300 absolute term covers it; the result is scaled back by 2^(sum of the
     exponents), with one eta more for that rounding. (Without the scaling, W_V W_O = 1e-340 underflowed to 0
     and was then multiplied by W_Q W_Q^T = 1e180: the enclosure missed a Jacobian of 1.6e-160.)
+
+    Mid-radius form, with mid m and radius rad of the scaled x: every member's einsum is within
+    einsum(rad, |points|) of einsum(m, points), whose float value c is within gamma einsum(|m|, |points|) of it
+    (any summation order, FMA included; gamma = gamma_(2 (K + p) + 4)). Both are one einsum of
+    z = rad + gamma |m| (rounded up) with |points| (einsum is linear in x), whose float value e has
+    einsum(z, |points|) <= e (1 + gamma); so the radius is e (1 + gamma) + K 1e-300, rounded up. The scaling of x
+    and the last step (radius, scaling back, outward rounding) are each one compiled pass
+    (`certify.interval._kernels.mid_radius_kernel` and `centre_radius_kernel`, a multiplication by the power of
+    two), or numpy passes where that power of two is not a normal float.
     """
     inputs, output = subscripts.split("->")
     operands = inputs.split(",")
@@ -59,27 +87,35 @@ def point_einsum(subscripts: str, x: Interval, *points: np.ndarray) -> Interval:
             sizes[letter] = size
     K = int(np.prod([sizes[c] for c in sizes if c not in output])) if sizes else 1
     g = gamma(2 * (K + len(points)) + 4)
-    exponents = [_scale_down(np.maximum(np.abs(x.lo), np.abs(x.hi)))] + [_scale_down(p) for p in points]
-    with np.errstate(under="ignore"):
-        lo, hi = np.ldexp(x.lo, -exponents[0]) - ETA, np.ldexp(x.hi, -exponents[0]) + ETA
-        points = tuple(np.ldexp(p, -k) for p, k in zip(points, exponents[1:]))
-    with np.errstate(invalid="ignore"):  # an unbounded entry's midpoint is nan: the result is made unbounded below
-        mid = 0.5 * lo + 0.5 * hi
-        mid = np.clip(mid, lo, hi)
-        rad = round_up(np.maximum(hi - mid, mid - lo))
-    abs_points = [np.abs(p) for p in points]
+    exponents = [_scale_down(x.mag)] + [_scale_down(p) for p in points]
     total = sum(exponents)
+    with np.errstate(under="ignore", invalid="ignore"):
+        if -1022 <= exponents[0] <= 1022:  # 2^-k is a float: the compiled pass
+            lo, hi = np.ascontiguousarray(x.lo), np.ascontiguousarray(x.hi)
+            mid, z = np.empty(x.shape), np.empty(x.shape)
+            mid_radius_kernel(lo.reshape(-1), hi.reshape(-1), math.ldexp(1.0, -exponents[0]), g, mid.reshape(-1),
+                              z.reshape(-1))
+        else:  # x of magnitude below 2^-1023 or above 2^1021: the same steps as numpy passes
+            finite = np.isfinite(x.lo) & np.isfinite(x.hi)
+            lo, hi = np.ldexp(x.lo, -exponents[0]) - ETA, np.ldexp(x.hi, -exponents[0]) + ETA
+            mid = np.clip(0.5 * lo + 0.5 * hi, lo, hi)
+            z = round_up(round_up(np.maximum(hi - mid, mid - lo)) + round_up(g * np.abs(mid)))
+            mid, z = np.where(finite, mid, np.nan), np.where(finite, z, np.nan)
+        points = tuple(np.ldexp(p, -k) for p, k in zip(points, exponents[1:]))
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
-        c = np.einsum(subscripts, mid, *points, optimize=True)
-        r = np.einsum(subscripts, rad, *abs_points, optimize=True)
-        m = np.einsum(subscripts, np.abs(mid), *abs_points, optimize=True)
-        radius = round_up(round_up(r * (1 + g)) + round_up(g * m * (1 + g)) + K * 1e-300)
-        c, radius = np.ldexp(c, total), round_up(np.ldexp(radius, total)) + ETA
-        out_lo, out_hi = round_down(c - radius), round_up(c + radius)
-    unknown = np.isnan(out_lo) | np.isnan(out_hi)
-    if np.any(unknown):  # nan from an unbounded input (inf - inf, 0 * inf): nothing is known of that entry
-        out_lo, out_hi = np.where(unknown, -np.inf, out_lo), np.where(unknown, np.inf, out_hi)
-    return Interval(out_lo, out_hi)
+        shape = _einsum_shape(subscripts, (x.lo, *points))
+        c, e = np.empty(shape), np.empty(shape)  # einsum into contiguous arrays (also faster than without out)
+        np.einsum(subscripts, mid, *points, optimize=True, out=c)
+        np.einsum(subscripts, z, *[np.abs(p) for p in points], optimize=True, out=e)
+        if -1022 <= total <= 1023:
+            out_lo, out_hi = np.empty(shape), np.empty(shape)
+            centre_radius_kernel(c.reshape(-1), e.reshape(-1), math.ldexp(1.0, total), g, K * 1e-300,
+                                 out_lo.reshape(-1), out_hi.reshape(-1))
+        else:
+            radius = round_up(round_up(e * (1 + g)) + K * 1e-300)
+            c, radius = np.ldexp(c, total), round_up(np.ldexp(radius, total)) + ETA
+            out_lo, out_hi = round_down(c - radius), round_up(c + radius)
+    return _raw(out_lo, out_hi)
 
 
 def point_einsum_any(subscripts: str, x, *points: np.ndarray):
