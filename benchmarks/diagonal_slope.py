@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -29,6 +27,7 @@ from certify.bounds.local._enclosure import const  # noqa: E402
 from certify.bounds.local._slopes import _diagonal_slope  # noqa: E402
 from certify.interval import Interval  # noqa: E402
 from certify.report import format_rows, write_json  # noqa: E402
+from jacobian import median_seconds  # noqa: E402  (benchmarks/jacobian.py: same timing helper)
 
 
 def blocks(N: int, D: int, seed: int = 0):
@@ -42,15 +41,6 @@ def blocks(N: int, D: int, seed: int = 0):
     P_hi = rng.random((N, N)) / N
     return (Interval(0.9 * P_hi, P_hi), interval(N, N, D), interval(N, N, D), interval(N, D), interval(N, D, D),
             interval(D, D), interval(D, D), const(0.25), 1e-3 * rng.random((N, D)))
-
-
-def median_seconds(function, repeat: int) -> tuple[float, np.ndarray]:
-    times, out = [], None
-    for _ in range(repeat):
-        start = time.perf_counter()
-        out = function()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), out
 
 
 def main() -> None:
