@@ -276,8 +276,8 @@ def _diagonal_slope(P: Interval, k_tilde: Interval, v_tilde: Interval, b: Interv
     inequality over its four terms, each separable in (t, s) (N^2 D^2 work, plus N^2 D^2 for the T term)."""
     N, D = h.shape
     s = sigma.hi.item()
-    kv = k_tilde.expand(-1) * v_tilde.expand(-2)  # [i, t, r, F] = k~_it[r] v~_it[F]
     if not exact:
+        kv = k_tilde.expand(-1) * v_tilde.expand(-2)  # [i, t, r, F] = k~_it[r] v~_it[F]
         h_k = _einsum_up("is,ils->il", h, k_tilde.mag)  # sum_s h_is |k~_il[s]|
         T_part = _einsum_up("il,il,ilr,ilF->irF", P.mag, h_k, k_tilde.mag, v_tilde.mag)
         h_M = _einsum_up("ts,sr->tr", h, M.mag)  # sum_s h_ts |M[s, r]|
