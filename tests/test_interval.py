@@ -363,9 +363,9 @@ def test_point_einsum_encloses_the_exact_einsum_of_every_member(x_scale, w_scale
     ("...ic,Ec->...iE", [(2, 1, 3, 4), (6, 4)]),
 ])
 def test_point_einsum_writes_the_shape_and_values_of_numpy_einsum(subscripts, shapes):
-    """`point_einsum` sums into arrays of the shape it works out itself (`_einsum_shape`, ellipsis included): the
+    """`point_einsum` sums into arrays of the shape it works out itself (`_einsum_sizes`, ellipsis included): the
     same shape as numpy's einsum, and an enclosure of its value; an ellipsis elsewhere than at the start is refused."""
-    from certify.bounds.local._enclosure import point_einsum
+    from certify.bounds.local._enclosure import _einsum_sizes, point_einsum
 
     rng = np.random.default_rng(0)
     x, *points = [rng.normal(size=shape) for shape in shapes]
@@ -375,3 +375,9 @@ def test_point_einsum_writes_the_shape_and_values_of_numpy_einsum(subscripts, sh
     assert np.all(out.lo <= value) and np.all(value <= out.hi) and np.all(out.hi - out.lo <= 1e-12 * (1 + np.abs(value)))
     with pytest.raises(ValueError, match="ellipsis"):
         point_einsum("i...,ij->...j", iv.Interval(x, x), points[0])
+    with pytest.raises(ValueError, match="ellipsis"):
+        point_einsum("...ij,jk->ik", iv.Interval(x, x), points[0])
+    # K counts every letter summed over, also one only in the interval operand after an ellipsis (its rounding
+    # margin gamma_(K + p) depends on it)
+    assert _einsum_sizes("...ila,aF->...iF", (np.zeros((2, 3, 4, 5)), np.zeros((5, 6)))) == (4 * 5, (2, 3, 6))
+    assert _einsum_sizes("abk,bq->akq", (np.zeros((4, 5, 2)), np.zeros((5, 3)))) == (5, (4, 2, 3))

@@ -43,21 +43,27 @@ def _scale_down(array: np.ndarray) -> int:
     return math.frexp(top)[1] if 0 < top < math.inf else 0
 
 
-def _einsum_shape(subscripts: str, operands: tuple[np.ndarray, ...]) -> tuple[int, ...]:
-    """The shape of einsum(subscripts, *operands) (an ellipsis only at the start of an operand and the output)."""
+def _einsum_sizes(subscripts: str, operands: tuple[np.ndarray, ...]) -> tuple[int, tuple[int, ...]]:
+    """(K, shape) of einsum(subscripts, *operands): K the number of terms of each output entry (the product of
+    the sizes of the letters summed over) and the output's shape. An ellipsis may stand only at the start of an
+    operand and of the output (it covers the leading axes, broadcast)."""
     inputs, output = subscripts.split("->")
-    sizes: dict[str, int] = {}
-    leading: tuple[int, ...] = ()
     if any("..." in letters[3:] or ("..." in letters and not letters.startswith("..."))
            for letters in (*inputs.split(","), output)):
         raise ValueError(f"an ellipsis only at the start of an operand: {subscripts!r}")
+    if "..." in inputs and not output.startswith("..."):
+        raise ValueError(f"the axes under an ellipsis must be kept in the output: {subscripts!r}")
+    sizes: dict[str, int] = {}
+    leading: tuple[int, ...] = ()
     for letters, array in zip(inputs.split(","), operands):
         if letters.startswith("..."):
             letters = letters[3:]
             leading = np.broadcast_shapes(leading, array.shape[:array.ndim - len(letters)])
         sizes.update(zip(letters, array.shape[array.ndim - len(letters):]))
-    core = tuple(sizes[letter] for letter in output.removeprefix("..."))
-    return leading + core if output.startswith("...") else core
+    core_letters = output.removeprefix("...")
+    K = int(np.prod([size for letter, size in sizes.items() if letter not in core_letters]))
+    core = tuple(sizes[letter] for letter in core_letters)
+    return K, (leading + core if output.startswith("...") else core)
 
 
 def point_einsum(subscripts: str, x: Interval, *points: np.ndarray) -> Interval:
@@ -79,13 +85,7 @@ def point_einsum(subscripts: str, x: Interval, *points: np.ndarray) -> Interval:
     (`certify.interval._kernels.mid_radius_kernel` and `centre_radius_kernel`, a multiplication by the power of
     two), or numpy passes where that power of two is not a normal float.
     """
-    inputs, output = subscripts.split("->")
-    operands = inputs.split(",")
-    sizes: dict[str, int] = {}
-    for letters, array in zip(operands, (x.lo, *points)):
-        for letter, size in zip(letters, array.shape):
-            sizes[letter] = size
-    K = int(np.prod([sizes[c] for c in sizes if c not in output])) if sizes else 1
+    K, shape = _einsum_sizes(subscripts, (x.lo, *points))
     g = gamma(2 * (K + len(points)) + 4)
     exponents = [_scale_down(x.mag)] + [_scale_down(p) for p in points]
     total = sum(exponents)
@@ -103,7 +103,6 @@ def point_einsum(subscripts: str, x: Interval, *points: np.ndarray) -> Interval:
             mid, z = np.where(finite, mid, np.nan), np.where(finite, z, np.nan)
         points = tuple(np.ldexp(p, -k) for p, k in zip(points, exponents[1:]))
     with np.errstate(over="ignore", invalid="ignore", under="ignore"):
-        shape = _einsum_shape(subscripts, (x.lo, *points))
         c, e = np.empty(shape), np.empty(shape)  # einsum into contiguous arrays (also faster than without out)
         np.einsum(subscripts, mid, *points, optimize=True, out=c)
         np.einsum(subscripts, z, *[np.abs(p) for p in points], optimize=True, out=e)
