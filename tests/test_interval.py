@@ -329,12 +329,13 @@ def test_the_compiled_magnitude_is_numpys_exactly(pairs):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.sampled_from([1.0, 1e-160, 1e-300, 1e150]), st.sampled_from([1.0, 1e-170, 1e140]),
+@given(st.sampled_from([1.0, 1e-160, 1e-300, 1e-310, 1e150]), st.sampled_from([1.0, 1e-170, 1e140]),
        st.sampled_from([0.0, 1e-3, 0.5]), st.integers(0, 2**31 - 1))
 def test_point_einsum_encloses_the_exact_einsum_of_every_member(x_scale, w_scale, width, seed):
     """`point_einsum` (interval x, exact float matrices; the two compiled passes of its mid-radius form) contains
     the exact einsum, computed in rationals, of members of x (vertices and random points), at scales where the
-    products underflow (1e-160 x 1e-170) or the sums would overflow without the power-of-two scaling."""
+    products underflow (1e-160 x 1e-170) or the sums would overflow without the power-of-two scaling, and with a
+    subnormal x (1e-310: its scaling 2^k is not a float, so the numpy passes run instead of the compiled one)."""
     from fractions import Fraction as Q
 
     from certify.bounds.local._enclosure import point_einsum
