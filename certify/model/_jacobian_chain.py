@@ -61,6 +61,7 @@ from ..interval import Interval, isum, linear_combination, round_down, round_up
 from ._blocks import (ATTENTION_TYPES, Activation, AddConstant, Attention, ChannelAffine, ClassToken, FeedForward,
                       Gather, LayerNorm, Linear, Pool, Residual)
 from ._nested import step_integral
+from ._score_set import head_scores, score_duals
 from ._enclosure import (TINY, U, attention_jacobian, attention_point_jacobian, attention_weights, centring,
                          derivative_interval, enclose, feed_forward_product, iaffine, imatmul, intersect,
                          layer_norm_jacobian, layer_norm_parts, layer_norm_product)
@@ -438,7 +439,11 @@ def directional_bounds(block: object, prefix: "_Prefix", domain: Domain, A: np.n
         |J_f(y) - J_f(c)| <= sup_{xi in S} |sum_j delta_j dJ(xi)[g_j] + dJ(xi)[u]| <= T,
 
     T from `_taylor.direction_remainder_times` (|delta_j| <= r_j, or ||delta||_2 <= eps; for DP blocks with interval
-    directions, their midpoints there and the rest by the weighted coordinate slopes, `_split_directions`). Then
+    directions, their midpoints there and the rest by the weighted coordinate slopes, `_split_directions`). Every
+    xi of a segment [c, y] is c + t (y0 - c) + W~ (t delta) + E~ (t delta), a point of the set of `_score_set` (the
+    domain holds t delta), so for DP blocks the forward passes also take the score differences over that set
+    (`_score_set.head_scores`, O(eps) wide where the box's are not: on the digits ViT at eps = 3e-4 (l_inf) the
+    box made the last block's directional remainder about 1,000x its value at c). Then
     Delta' = |J_f(c) - A| + T, with J_f(c) enclosed at the point c. For a float matrix ``right`` (N D, q) also
     P >= |(J_f(y) - A) right| = |(J_f(c) - A) right + (int_0^1 dJ(c + t (y - c))[y - c] dt) right|: P = |J_f(c) - A|
     |right| + T_right, the product taken inside the sum over the N D inner coordinates (the chain multiplies the
@@ -462,11 +467,17 @@ def directional_bounds(block: object, prefix: "_Prefix", domain: Domain, A: np.n
     w = numpy_weights(attention_weights(block))
     radii = domain.radius if domain.norm == "inf" else domain.radius[:1]
     directions = Interval(W.lo.reshape(N, D, n0), W.hi.reshape(N, D, n0))
+    scores, heads = None, None
+    if w.kind == "dp":  # the score differences over the set the prefix reaches (`_score_set`)
+        heads = [head_scores(c, u, W, domain.spread, w.W_Q[h], w.W_K[h], None if w.b_Q is None else w.b_Q[h],
+                             w.W_V[h]) for h in range(w.H)]
+        scores = lambda g: score_duals(heads, g, w.W_Q, w.W_K, w.d)  # noqa: E731
     if w.kind == "dp" and np.any(directions.rad > 0):
-        bounds = _split_directions(box, c, w, directions, radii, domain.norm, right, u, chunk, workers)
+        bounds = _split_directions(box, c, w, directions, radii, domain.norm, right, u, chunk, workers, scores,
+                                   [head.L for head in heads])
     else:
         bounds = direction_remainder_times(box, w, directions, radii, domain.norm, right, spread=u, chunk=chunk,
-                                           workers=workers)
+                                           workers=workers, scores=scores if np.all(directions.rad == 0) else None)
     if bounds is None:
         return None
     T, T_right = bounds
@@ -480,20 +491,23 @@ def directional_bounds(block: object, prefix: "_Prefix", domain: Domain, A: np.n
 
 
 def _split_directions(box: Interval, c: np.ndarray, w, directions: Interval, radii: np.ndarray, norm: str,
-                      right: np.ndarray | None, u: np.ndarray, chunk: int,
-                      workers: int) -> tuple[np.ndarray, np.ndarray | None] | None:
+                      right: np.ndarray | None, u: np.ndarray, chunk: int, workers: int,
+                      scores=None, known_L: list[Interval] | None = None
+                      ) -> tuple[np.ndarray, np.ndarray | None] | None:
     """(T, T_right) of `directional_bounds` for a DP block, with each direction g_j in [m_j - q_j, m_j + q_j] split
     into its midpoint and the rest: y - c = sum_j delta_j m_j + v, |v| <= e + u entrywise with e = sum_j r_j q_j
     (inf: |delta_j| <= r_j) or eps (sum_j q_j^2)^(1/2) (2: ||delta||_2 <= eps). Then
     |dJ(xi)[y - c]| <= |sum_j delta_j dJ(xi)[m_j]| + |dJ(xi)[v]|: the first by `direction_remainder_times` on the
     point directions m_j, the second by the coordinate slopes weighted by e + u (`_slopes.dp_slopes` with
-    ``weights``: sum_m (e + u)_m sup |d_m J| over the box); T_right adds S |right| to the first's product. The
+    ``weights``: sum_m (e + u)_m sup |d_m J| over the box, or over its points in the set of `_score_set` with its
+    score differences ``known_L``, where the segments lie); T_right adds S |right| to the first's product. The
     interval directions of `direction_remainder_times` carry the prefix's first-order error through the interval
     derivative instead (on the digits ViT's last attention block at eps = 1e-4, error 44 against a midpoint of 63
     in row sums, which made T 76 there); the smaller of the two is kept entrywise by the caller's min with Delta.
     None where an enclosure is not finite."""
     mid = Interval(directions.mid, directions.mid.copy())
-    bounds = direction_remainder_times(box, w, mid, radii, norm, right, spread=None, chunk=chunk, workers=workers)
+    bounds = direction_remainder_times(box, w, mid, radii, norm, right, spread=None, chunk=chunk, workers=workers,
+                                       scores=scores)
     if bounds is None:
         return None
     T, T_right = bounds
@@ -505,7 +519,7 @@ def _split_directions(box: Interval, c: np.ndarray, w, directions: Interval, rad
     weights = round_up(e + u)
     n = box.lo.size
     with np.errstate(over="ignore", invalid="ignore"):
-        S = dp_slopes(box, c, w, weights=weights).reshape(n, n)
+        S = dp_slopes(box, c, w, weights=weights, known_L=known_L).reshape(n, n)
     if not np.all(np.isfinite(S)):
         return None
     T = _up(T + S.reshape(T.shape), 1)

@@ -215,15 +215,38 @@ def numpy_weights(weights: AttentionWeights) -> _Weights:
     )
 
 
-def dp_score_differences(X, dX, w: _Weights, h: int):
+@dataclasses.dataclass(frozen=True)
+class KnownHead:
+    """Enclosures of one DP head's parts over a subset of the box (`certify.model._score_set`: the set a prefix
+    reaches), intersected into `dp_jacobian_enclosure`, whose result then holds for the box's inputs in that subset:
+    L the score differences (an Interval, or a Dual when X is one), and the values of Q = q_i (N, d),
+    dK = k_j - k_k and dV = v_j - v_k ([j, k], (N, N, d)) as Intervals (a value tightened alone keeps its tangent
+    valid: `_dual`)."""
+
+    L: object
+    Q: Interval
+    dK: Interval
+    dV: Interval
+
+
+def _known_value(x, known: Interval | None):
+    return x if known is None else _map_value(x, lambda v: intersect(v, known))
+
+
+def dp_score_differences(X, dX, w: _Weights, h: int, known: KnownHead | None = None):
     """Head h of DP attention over boxes X (..., N, D): (q_i, k_j - k_k, L) as intervals (or Duals), with the
-    score differences L[i, j, k] = s_ik - s_ij = q_i . (k_k - k_j) / sqrt(d), exactly 0 for k = j."""
+    score differences L[i, j, k] = s_ik - s_ij = q_i . (k_k - k_j) / sqrt(d), exactly 0 for k = j. ``known``: the
+    same quantities over a subset of the box, intersected with them (`KnownHead`)."""
     Q = point_einsum_any("...nD,Dc->...nc", X, w.W_Q[h])
     if w.b_Q is not None:
         Q = Q + w.b_Q[h]
     dK = point_einsum_any("...jkD,Dc->...jkc", dX, w.W_K[h])  # k_j - k_k
+    if known is not None:
+        Q, dK = _known_value(Q, known.Q), _known_value(dK, known.dK)
     L = _isum(Q.expand(-2).expand(-2) * dK.swapaxes(-3, -2).expand(-4), -1)  # [i, j, k]
     L = _zero_diagonal(L * const(1.0 / math.sqrt(w.d)), (-2, -1))
+    if known is not None:
+        L = _intersect(L, known.L)
     return Q, dK, L
 
 
@@ -232,12 +255,13 @@ def softmax_from_differences(L):
     return _map_value(_reciprocal(_isum(_exp(L), -1)), clip01)
 
 
-def dp_scores(X, dX, w: _Weights, h: int):
+def dp_scores(X, dX, w: _Weights, h: int, known: KnownHead | None = None):
     """Head h of DP attention over boxes X (..., N, D): (q_i, k_j - k_k, P) as intervals (or Duals).
 
-    P_ij = 1 / sum_k exp(s_ik - s_ij) with s_ik - s_ij = q_i . (k_k - k_j) / sqrt(d), exactly 0 for k = j.
+    P_ij = 1 / sum_k exp(s_ik - s_ij) with s_ik - s_ij = q_i . (k_k - k_j) / sqrt(d), exactly 0 for k = j
+    (``known``: as in `dp_score_differences`).
     """
-    Q, dK, L = dp_score_differences(X, dX, w, h)
+    Q, dK, L = dp_score_differences(X, dX, w, h, known)
     return Q, dK, softmax_from_differences(L)  # P (..., N, N)
 
 
@@ -257,12 +281,14 @@ def l2_scores(dX, w: _Weights, h: int):
     return dY, P
 
 
-def dp_jacobian_enclosure(X, w: _Weights):
+def dp_jacobian_enclosure(X, w: _Weights, scores: list | None = None):
     """Enclosure of the dot-product attention Jacobian over boxes X (..., N, D); returns (..., N, D, N, D).
 
     J^h_il = P_il W_V^T + (1/sqrt(d)) [delta_il C_i K W_Q^T + C_i[:, l] q_i^T W_K^T], C_i[:, l] = P_il (v_l - vbar_i),
     J_il = sum_h W^O_h^T J^h_il (see `certify/jacobian/_dot_product.py`). Query biases enter through q_i; key and
     value biases cancel in the differences. X may be an Interval or a `Dual` (then the result is a Dual too).
+    ``scores[h]``: head h's `KnownHead`, enclosures over a subset of the box intersected with the box's (the result
+    then holds for the inputs of X in that subset).
     """
     N = X.shape[-2]
     dX = token_differences(X)
@@ -271,8 +297,11 @@ def dp_jacobian_enclosure(X, w: _Weights):
     J = None
     for h in range(w.H):
         WQ, WK, WV, WO = w.W_Q[h], w.W_K[h], w.W_V[h], w.W_O[h]
-        Q, dK, P = dp_scores(X, dX, w, h)
+        known = None if scores is None else scores[h]
+        Q, dK, P = dp_scores(X, dX, w, h, known)
         dV = point_einsum_any("...jkD,Dc->...jkc", dX, WV)  # v_j - v_k
+        if known is not None:
+            dV = _known_value(dV, known.dV)
         Dv = _isum(P.expand(-2).expand(-1) * dV.expand(-4), -2)  # [i, l] = v_l - vbar_i = sum_k P_ik (v_l - v_k)
         C = P.expand(-1) * Dv  # [i, l, a] = C_i[a, l]
         dK_li = dK.swapaxes(-3, -2)  # [i, l] = k_l - k_i
@@ -321,10 +350,12 @@ def l2_jacobian_enclosure(X, w: _Weights):
     return J
 
 
-def jacobian_enclosure(X, w: _Weights):
-    """Dispatch on the attention kind (DP or tied L2)."""
+def jacobian_enclosure(X, w: _Weights, scores: list | None = None):
+    """Dispatch on the attention kind (DP or tied L2; ``scores``: DP only, `dp_jacobian_enclosure`)."""
     if w.kind == "dp":
-        return dp_jacobian_enclosure(X, w)
+        return dp_jacobian_enclosure(X, w, scores)
+    if scores is not None:
+        raise ValueError("score enclosures are for DP attention only")
     if w.kind == "l2":
         return l2_jacobian_enclosure(X, w)
     raise ValueError(f"local enclosures cover kinds 'dp' and 'l2', got {w.kind!r}")

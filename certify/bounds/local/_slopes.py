@@ -74,8 +74,11 @@ def centred(P: Interval, differences: Interval) -> Interval:
     return isum(P.expand(1).expand(-1) * differences.expand(0), 2)
 
 
-def head_blocks(box: Interval, centre: np.ndarray, h: np.ndarray, w: _Weights, head: int):
-    """One head's building blocks over the box: (P, k~, v~, b, M, WVO, A) (module docstring), as intervals.
+def head_blocks(box: Interval, centre: np.ndarray, h: np.ndarray, w: _Weights, head: int,
+                known_L: Interval | None = None):
+    """One head's building blocks over the box: (P, k~, v~, b, M, WVO, A) (module docstring), as intervals; with
+    ``known_L`` (an enclosure of the scores L over a subset of the box) also intersected with it, and the blocks then
+    hold on that subset.
 
     Linear images of X use the composed weights (M = W_K W_Q^T, WVO = W_V W_O, enclosed once), so each is the
     hull of a linear image of the box up to rounding. The scores L_ijk = s_ik - s_ij = sigma b_i . (x_k - x_j)
@@ -111,6 +114,8 @@ def head_blocks(box: Interval, centre: np.ndarray, h: np.ndarray, w: _Weights, h
     spread = _add(own, _mul(1.0 - eye[:, None, :], hb[:, None, :]), _mul(1.0 - eye[:, :, None], hb[:, :, None]))
     spread = _mul(np.full(1, sigma.hi.item()), spread)
     L = intersect(scores(box, b), Interval(round_down(L0.lo - spread), round_up(L0.hi + spread)))
+    if known_L is not None:
+        L = intersect(L, known_L)
     off_diagonal = ~np.eye(N, dtype=bool)[None]
     L = Interval(np.where(off_diagonal, L.lo, 0.0), np.where(off_diagonal, L.hi, 0.0))
     P = clip01(reciprocal(isum(exp(L), -1)))
@@ -180,7 +185,7 @@ def _tighten(x: Interval, at_centre: Interval, slope: np.ndarray) -> Interval:
 
 def dp_slopes(box: Interval, centre: np.ndarray, w: _Weights, exact_diagonal: bool | None = None,
               passes: int = 2, product_rule: bool | None = None, deadline: float | None = None,
-              weights: np.ndarray | None = None) -> np.ndarray:
+              weights: np.ndarray | None = None, known_L: list[Interval] | None = None) -> np.ndarray:
     """S (N, D, N, D), nonnegative, with sum_m h_m |dJ[i, F, l, E]/dX_m(xi)| <= S[i, F, l, E] for every xi in the
     box (N, D) of a DP layer, h_m = max(hi_m - centre_m, centre_m - lo_m) (module docstring), or with h = ``weights``
     (N, D), nonnegative, where given: the box's half-widths still shape the enclosures of the building blocks (and
@@ -190,7 +195,9 @@ def dp_slopes(box: Interval, centre: np.ndarray, w: _Weights, exact_diagonal: bo
     passes: after each pass but the last, the enclosures of P, v~ and A over the box are intersected with their
     mean-value forms Z(X0) +- S_Z (Z(X0) enclosed at the point), and the slopes are computed again from them.
     deadline: a `time.perf_counter()` time; after each head, `BudgetExceeded` when the heads left, at the mean
-    time per head so far, would end past it (the safety net under `_taylor.predicted_seconds`)."""
+    time per head so far, would end past it (the safety net under `_taylor.predicted_seconds`).
+    known_L: per head, an enclosure of the score differences over a subset of the box that is star-shaped about
+    the centre (`certify.model._score_set`); S then bounds the sums at the points of that subset only."""
     N, D = box.shape
     centre = np.asarray(centre, dtype=np.float64)
     if centre.shape != (N, D) or np.any(centre < box.lo) or np.any(centre > box.hi):
@@ -214,7 +221,8 @@ def dp_slopes(box: Interval, centre: np.ndarray, w: _Weights, exact_diagonal: bo
                 raise BudgetExceeded(
                     f"taylor: {head} of {w.H} heads of the slopes took {spent:.1f} s, so the pass needs about "
                     f"{spent * w.H / head:.0f} s, past its time budget (raise time_budget)")
-        P, k_tilde, v_tilde, b, M, WVO, A = head_blocks(box, centre, h, w, head)
+        P, k_tilde, v_tilde, b, M, WVO, A = head_blocks(box, centre, h, w, head,
+                                                        None if known_L is None else known_L[head])
         blocks = _slopes(P, k_tilde, v_tilde, b, A, M, WVO, sigma, h, exact_diagonal)
         if passes > 1:
             P0, _, v0, _, _, _, A0 = head_blocks(point, centre, np.zeros_like(h), w, head)

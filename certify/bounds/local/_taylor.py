@@ -35,6 +35,7 @@ import dataclasses
 import math
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
 
 import numpy as np
 import torch
@@ -241,7 +242,8 @@ def direction_remainder(box: Interval, w: _Weights, directions: Interval, radii:
 
 def direction_remainder_times(box: Interval, w: _Weights, directions: Interval, radii: np.ndarray, norm: str,
                               right: np.ndarray | None, spread: np.ndarray | None = None, chunk: int = 8,
-                              workers: int = 1) -> tuple[np.ndarray, np.ndarray | None] | None:
+                              workers: int = 1, scores: Callable[[np.ndarray], list] | None = None
+                              ) -> tuple[np.ndarray, np.ndarray | None] | None:
     """(T, T_right): T as in `direction_remainder`, and for a float matrix ``right`` (N D, q) a nonnegative T_right
     (N D, q) with |(sum_j delta_j dJ(xi)[g_j] + dJ(xi)[u]) right| <= T_right for the same xi, g_j, delta, u
     (None when ``right`` is None). None when an enclosure is not finite.
@@ -251,7 +253,10 @@ def direction_remainder_times(box: Interval, w: _Weights, directions: Interval, 
     interval product of M_j's enclosure with the exact ``right`` (`point_einsum`, rounded outward): the sum over
     the N D inner coordinates keeps its cancellations, which the entrywise T times |right| loses (on the digits
     ViT's first attention block, 9.5x over the sampled |(J(y) - A) W| against 2.9x for T alone); the u part
-    keeps M_u |right|. ``workers`` threads run the chunks' forward passes at once (memory: that many chunks)."""
+    keeps M_u |right|. ``workers`` threads run the chunks' forward passes at once (memory: that many chunks).
+    ``scores(g)`` (float directions only): per head, a `Dual` enclosing the DP score differences and their
+    derivatives along the directions g (N, D, k) of a chunk, intersected into each pass (`_enclosure.dp_scores`);
+    the sup over xi is then over the box's points where those enclosures hold (`certify.model._score_set`)."""
     N, D, K = directions.shape
     if box.shape != (N, D):
         raise InvalidInputError(f"directions must have shape (N, D, K) = ({box.shape}, K), got {directions.shape}")
@@ -264,8 +269,13 @@ def direction_remainder_times(box: Interval, w: _Weights, directions: Interval, 
         """The chunk's terms of T and T_right (None when its enclosure is not finite)."""
         seed = Interval(np.ascontiguousarray(directions.lo[..., start:start + chunk]),
                         np.ascontiguousarray(directions.hi[..., start:start + chunk]))
+        known = None
+        if scores is not None:
+            if not np.array_equal(seed.lo, seed.hi):
+                raise InvalidInputError("score enclosures need float directions")
+            known = scores(seed.lo)
         with np.errstate(over="ignore", invalid="ignore"):  # a too-wide box: inf or NaN ends, caught below
-            tangent = jacobian_enclosure(Dual(box, seed), w).t
+            tangent = jacobian_enclosure(Dual(box, seed), w, known).t
         mag = tangent.mag
         if not np.all(np.isfinite(mag)):
             return None
