@@ -88,7 +88,7 @@ def _token_image(C: Interval, M: np.ndarray) -> Interval:
 
 
 def _rows_image(W3: Interval, M: np.ndarray) -> Interval:
-    """M^T W_t for every token block W_t (D, n0) of W3 (N, D, n0): (N, m, n0)."""
+    """M^T W_t for every token block W_t (D, n) of W3 (N, D, n): (N, m, n)."""
     return isum(W3.expand(-2) * M[..., None], -3)
 
 
@@ -132,8 +132,8 @@ def score_duals(heads: list[HeadScores], g: np.ndarray, W_Q: np.ndarray, W_K: np
     G = Interval(g, g.copy())
     out = []
     for h, head in enumerate(heads):
-        alpha = isum(G.expand(-2) * W_Q[h][..., None], -3)  # (N, d, K): W_Q^T g_i
-        beta = _differences(isum(G.expand(-2) * W_K[h][..., None], -3))  # (N, N, d, K) [j, k]
+        alpha = _rows_image(G, W_Q[h])  # (N, d, K): W_Q^T g_i
+        beta = _differences(_rows_image(G, W_K[h]))  # (N, N, d, K) [j, k]: W_K^T (g_k - g_j)
         at_c = isum(alpha.expand(1).expand(1) * head.dk.expand(0).expand(-1), -2)  # (N, N, N, K)
         at_c = (at_c + isum(head.q.expand(1).expand(1).expand(-1) * beta.expand(0), -2)) * scale
         moved = isum(Interval(alpha.mag, alpha.mag)[:, None, None] * head.SK[None, ..., None], -2)
