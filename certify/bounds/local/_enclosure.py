@@ -25,7 +25,7 @@ import math
 import numpy as np
 
 from ...attention import AttentionWeights
-from ...interval import Interval, clip_nonnegative, exp, intersect, isum, reciprocal, round_down, round_up, square
+from ...interval import Interval, exp, intersect, isum, reciprocal, round_down, round_up, square
 from ...interval._interval import _raw
 from ...interval._kernels import centre_radius_kernel, mid_radius_kernel
 from ...sdp._floating import ETA, gamma
