@@ -62,6 +62,7 @@ from ._blocks import (ATTENTION_TYPES, Activation, AddConstant, Attention, Chann
                       Gather, LayerNorm, Linear, Pool, Residual)
 from ._nested import step_integral
 from ._score_set import head_scores, score_duals
+from ._score_set import memory_estimate as score_set_bytes
 from ._enclosure import (TINY, U, attention_jacobian, attention_point_jacobian, attention_weights, centring,
                          derivative_interval, enclose, feed_forward_product, iaffine, imatmul, intersect,
                          layer_norm_jacobian, layer_norm_parts, layer_norm_product)
@@ -449,7 +450,8 @@ def directional_bounds(block: object, prefix: "_Prefix", domain: Domain, A: np.n
     |right| + T_right, the product taken inside the sum over the N D inner coordinates (the chain multiplies the
     movement of J_f by the prefix's Jacobian, whose columns cancel in it); (Delta', P), or (Delta', None) without
     ``right``. The directions follow the set the prefix actually reaches (K input dimensions) instead of the box
-    around it (N D coordinates, each bounded separately). Memory: about `_taylor.BYTES_PER_ENTRY`
+    around it (N D coordinates, each bounded separately); the score sets are skipped (the box's kept) where their
+    `_score_set.memory_estimate` exceeds `_taylor.MEMORY_LIMIT`. Memory: about `_taylor.BYTES_PER_ENTRY`
     bytes per entry of J per tangent (an estimate, as for one directional seed), so the tangents per pass are cut to
     stay within `_taylor.MEMORY_LIMIT`, and none runs when one tangent alone would exceed it."""
     box, W = prefix.box, prefix.W
@@ -468,13 +470,13 @@ def directional_bounds(block: object, prefix: "_Prefix", domain: Domain, A: np.n
     radii = domain.radius if domain.norm == "inf" else domain.radius[:1]
     directions = Interval(W.lo.reshape(N, D, n0), W.hi.reshape(N, D, n0))
     scores, heads = None, None
-    if w.kind == "dp":  # the score differences over the set the prefix reaches (`_score_set`)
+    if w.kind == "dp" and score_set_bytes(N, w.d, n0) <= TAYLOR_MEMORY_LIMIT:  # over the set the prefix reaches
         heads = [head_scores(c, u, W, domain.spread, w.W_Q[h], w.W_K[h], None if w.b_Q is None else w.b_Q[h],
                              w.W_V[h]) for h in range(w.H)]
         scores = lambda g: score_duals(heads, g, w.W_Q, w.W_K, w.d)  # noqa: E731
     if w.kind == "dp" and np.any(directions.rad > 0):
         bounds = _split_directions(box, c, w, directions, radii, domain.norm, right, u, chunk, workers, scores,
-                                   [head.L for head in heads])
+                                   None if heads is None else [head.L for head in heads])
     else:
         bounds = direction_remainder_times(box, w, directions, radii, domain.norm, right, spread=u, chunk=chunk,
                                            workers=workers, scores=scores if np.all(directions.rad == 0) else None)

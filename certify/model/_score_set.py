@@ -61,6 +61,17 @@ class HeadScores:
     dV: Interval
 
 
+BYTES_PER_ENTRY = 80
+"""Peak bytes of `head_scores` per entry of an (N, N, d, n0) array (its largest: dK's rows, and one query token's
+rows with their products), rounded up from tracemalloc: 18.4 MiB at (N, d, n0) = (17, 16, 64), 43 MiB at
+(32, 8, 128), i.e. 65 and 44 bytes per entry."""
+
+
+def memory_estimate(N: int, d: int, n0: int) -> int:
+    """Peak bytes of `head_scores` (the caller skips the sets above `_taylor.MEMORY_LIMIT`)."""
+    return BYTES_PER_ENTRY * N * N * d * n0
+
+
 def _off_diagonal(x: Interval) -> Interval:
     """x with the entries [..., i, j, j, ...] (axes 1 and 2 of (N, N, N, ...)) set to exactly 0: L_ijj = 0."""
     N = x.shape[1]
@@ -106,8 +117,11 @@ def head_scores(c: np.ndarray, u: np.ndarray, W: Interval, spread, W_Q: np.ndarr
     W3 = Interval(W.lo.reshape(N, D, -1), W.hi.reshape(N, D, -1))
     Wq = _rows_image(W3, W_Q)  # (N, d, n0): W_Q^T W_i
     dWk = _differences(_rows_image(W3, W_K))  # (N, N, d, n0) [j, k]: W_K^T (W_k - W_j)
-    row = isum(dk.expand(0).expand(-1) * Wq.expand(1).expand(1), -2)  # (N, N, N, n0): dk_jk^T W_Q^T W_i
-    row = row + isum(q.expand(1).expand(1).expand(-1) * dWk.expand(0), -2)  # + q_i^T W_K^T (W_k - W_j)
+    row_spread = np.empty((N, N, N))  # one query token at a time: (N, N, d, n0) entries, not N times that
+    for i in range(N):
+        row = isum(dk.expand(-1) * Wq[i], -2)  # (N, N, n0): dk_jk^T W_Q^T W_i
+        row = row + isum(q[i].expand(-1) * dWk, -2)  # + q_i^T W_K^T (W_k - W_j)
+        row_spread[i] = spread(row)
     uq, uk, uv = _magnitude_image(u, W_Q), _magnitude_image(u, W_K), _magnitude_image(u, W_V)  # (N, d)
     SQ = (Interval(spread(Wq), spread(Wq)) + uq).hi  # (N, d)
     uk_jk = Interval(uk, uk.copy()).expand(0) + uk[:, None, :]
@@ -116,7 +130,7 @@ def head_scores(c: np.ndarray, u: np.ndarray, W: Interval, spread, W_Q: np.ndarr
     linear_rest = isum(Interval(dk.mag, dk.mag).expand(0) * uq[:, None, None, :], -1)  # |W_Q dk|^T u_i
     linear_rest = linear_rest + isum(Interval(q.mag, q.mag)[:, None, None, :] * uk_jk.hi[None], -1)  # |W_K q_i|^T u
     quadratic = isum(Interval(SQ, SQ.copy())[:, None, None, :] * SK[None], -1)
-    radius = ((Interval(spread(row), spread(row)) + linear_rest + quadratic) * scale).hi
+    radius = ((Interval(row_spread, row_spread) + linear_rest + quadratic) * scale).hi
     centre = isum(q.expand(1).expand(1) * dk.expand(0), -1) * scale
     L = _off_diagonal(_within(centre, radius))
     dV = _within(-_differences(_token_image(C, W_V)), SV)
